@@ -1,0 +1,1 @@
+"""Install, validate and list the grpo Agent Skill."""

@@ -1,0 +1,1 @@
+"""Debug tasks for evaluating agents: build, verify, run, report, export."""

@@ -1,0 +1,327 @@
+"""A GRPO training loop on the stage-protocol functions, in the order it runs (CleanRL style).
+
+    generate G completions per prompt -> completion mask -> decode -> rewards -> group advantages
+    -> old / reference log-probs -> num_iterations x (log-probs -> loss -> optimizer step)
+
+Run it: `python -m reference_impl.train --task succ` (see `--help`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig
+
+from reference_impl.advantages import SCALE_REWARDS, compute_advantages
+from reference_impl.decode import strip_reasoning
+from reference_impl.errors import GRPOInputError
+from reference_impl.kl import per_token_kl
+from reference_impl.logprobs import get_per_token_logps
+from reference_impl.loss import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, compute_loss
+from reference_impl.masking import completion_mask
+from reference_impl.rewards import combine_rewards
+from reference_impl.tiny import TinySpec, load_tiny
+from reference_impl.toy_tasks import TOY_TASKS, ToyTask
+
+
+@dataclass
+class TrainConfig:
+    """Options of the reference loop. Defaults follow TRL 1.16's `GRPOConfig` unless a toy task
+    overrides them (a value of None means "the task's measured value")."""
+
+    task: str = "succ"
+    """Toy task to learn; one of `reference_impl.toy_tasks.TOY_TASKS`."""
+    seed: int = 0
+    """Seeds sampling, the prompt order and the model's initial weights (via the tiny model spec)."""
+    max_steps: int = 300
+    """Upper bound on generation batches; training stops earlier once `target_fraction` is reached."""
+    target_fraction: float = 0.9
+    """Stop when the 10-step moving average of mean reward reaches this fraction of the maximum."""
+    learning_rate: float | None = None
+    """AdamW step size. TRL's default 1e-6 suits pretrained LLMs; a random tiny model needs ~1e-3."""
+    prompts_per_step: int | None = None
+    """Distinct prompts per generation batch."""
+    num_generations: int | None = None
+    """G, completions per prompt (TRL default 8). The group baseline needs G >= 2."""
+    max_completion_length: int | None = None
+    """Tokens sampled per completion at most (TRL default 512)."""
+    temperature: float = 1.0
+    """Sampling temperature; the same value divides the logits when scoring (TRL #3029)."""
+    loss_type: str = "dapo"
+    """Aggregation of the per-token loss (TRL 1.16 default "dapo")."""
+    scale_rewards: str = "group"
+    """Divide advantages by the group std ("group", default), the batch std ("batch") or not ("none")."""
+    beta: float = 0.0
+    """KL coefficient (TRL default 0.0 since v0.19); > 0 keeps a frozen copy of the initial policy."""
+    epsilon: float = 0.2
+    """Lower clip range: the ratio is clipped at 1 - epsilon."""
+    epsilon_high: float | None = None
+    """Upper clip range (None: epsilon); DAPO's clip-higher uses 0.28."""
+    delta: float | None = None
+    """Two-sided clipping cap on the unclipped ratio (None: off)."""
+    importance_sampling_level: str = "token"
+    """"token" ratios, or one "sequence" ratio per completion (GSPO)."""
+    use_bias_correction_kl: bool = True
+    """Multiply the KL by the importance ratio (TRL default True since v1.10)."""
+    num_iterations: int = 1
+    """Optimizer steps per generation batch (mu). > 1 makes the batch stale: old log-probs are stored."""
+    mask_truncated_completions: bool = False
+    """Drop completions that hit `max_completion_length` without EOS from the loss."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip, as in TRL's default."""
+    reward_weights: list[float] | None = None
+    """One weight per reward function (None: all 1.0)."""
+    tiny: TinySpec = field(default_factory=TinySpec)
+    """The tiny model to train."""
+
+    def resolved(self) -> ResolvedConfig:
+        """Fill task defaults and check every option; raises GRPOInputError with one line."""
+        if self.task not in TOY_TASKS:
+            raise GRPOInputError(f"unknown task {self.task!r}; choose one of {sorted(TOY_TASKS)}")
+        toy = TOY_TASKS[self.task]
+        config = ResolvedConfig(
+            base=self,
+            toy=toy,
+            learning_rate=self.learning_rate or toy.learning_rate,
+            prompts_per_step=self.prompts_per_step or toy.prompts_per_step,
+            num_generations=self.num_generations or toy.num_generations,
+            max_completion_length=self.max_completion_length or toy.max_completion_length,
+        )
+        config.validate()
+        return config
+
+
+@dataclass
+class ResolvedConfig:
+    """A TrainConfig with the toy task's values filled in."""
+
+    base: TrainConfig
+    toy: ToyTask
+    learning_rate: float
+    prompts_per_step: int
+    num_generations: int
+    max_completion_length: int
+
+    def validate(self) -> None:
+        base = self.base
+        if base.loss_type not in LOSS_TYPES:
+            raise GRPOInputError(f"loss_type must be one of {LOSS_TYPES}, got {base.loss_type!r}")
+        if base.scale_rewards not in SCALE_REWARDS:
+            raise GRPOInputError(
+                f"scale_rewards must be one of {SCALE_REWARDS}, got {base.scale_rewards!r}"
+            )
+        if base.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise GRPOInputError(
+                f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {base.importance_sampling_level!r}"
+            )
+        if self.num_generations < 2:
+            raise GRPOInputError(
+                f"num_generations must be at least 2 for a group baseline, got {self.num_generations}"
+            )
+        if not base.temperature > 0:
+            raise GRPOInputError(f"temperature must be > 0, got {base.temperature}")
+        if base.num_iterations < 1:
+            raise GRPOInputError(f"num_iterations must be >= 1, got {base.num_iterations}")
+        if self.prompts_per_step < 1 or self.max_completion_length < 1 or base.max_steps < 1:
+            raise GRPOInputError(
+                "prompts_per_step, max_completion_length and max_steps must be >= 1"
+            )
+        if self.learning_rate <= 0:
+            raise GRPOInputError(f"learning_rate must be > 0, got {self.learning_rate}")
+
+
+@dataclass
+class StepStats:
+    """What one generation batch produced."""
+
+    step: int
+    mean_reward: float
+    loss: float
+    mean_length: float
+    kl: float | None = None
+
+
+@dataclass
+class TrainResult:
+    """The reward history of a run and whether it reached its target."""
+
+    history: list[StepStats]
+    seconds: float
+    reached_target: bool
+    target: float
+    max_reward: float
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.mean_reward for s in self.history]
+
+
+def moving_average(values: list[float], window: int = 10) -> float:
+    tail = values[-window:]
+    return sum(tail) / len(tail)
+
+
+def _score(
+    toy: ToyTask,
+    prompts: list[str],
+    completion_texts: list[str],
+    completion_id_lists: list[list[int]],
+    columns: dict[str, list],
+    reward_weights: list[float] | None,
+) -> torch.Tensor:
+    """Call every reward function on the local rows; None becomes NaN; returns combined rewards [N]."""
+    per_func = []
+    for reward_func in toy.reward_funcs:
+        values = reward_func(
+            prompts=prompts,
+            completions=completion_texts,
+            completion_ids=completion_id_lists,
+            **columns,
+        )
+        if len(values) != len(prompts):
+            raise GRPOInputError(
+                f"reward function {reward_func.__name__} returned {len(values)} rewards for {len(prompts)} completions"
+            )
+        per_func.append([math.nan if v is None else float(v) for v in values])
+    rewards_per_func = torch.tensor(per_func, dtype=torch.float32).T  # [N, K]
+    return combine_rewards(rewards_per_func, reward_weights)
+
+
+def train(
+    config: TrainConfig, on_step: Callable[[StepStats, ResolvedConfig], None] | None = None
+) -> TrainResult:
+    """Train the tiny model on a toy task with GRPO; stops at the reward target or `max_steps`."""
+    run = config.resolved()
+    toy, G = run.toy, run.num_generations
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+
+    policy, tokenizer = load_tiny(config.tiny)
+    eos_ids = list(policy.generation_config.eos_token_id)
+    reference = copy.deepcopy(policy).eval().requires_grad_(False) if config.beta != 0.0 else None
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99))
+    sampling = GenerationConfig(
+        do_sample=True,
+        temperature=config.temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=run.max_completion_length,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_ids,
+    )
+    dataset = toy.dataset()
+    order: list[int] = []
+    history: list[StepStats] = []
+    target = config.target_fraction * toy.max_reward
+    started = time.perf_counter()
+
+    for step in range(config.max_steps):
+        # Prompts: shuffled passes over the dataset; each prompt repeated G times in a contiguous block.
+        while len(order) < run.prompts_per_step:
+            order += random.sample(range(len(dataset)), len(dataset))
+        rows = [dataset[i] for i in order[: run.prompts_per_step]]
+        del order[: run.prompts_per_step]
+        prompts = [row["prompt"] for row in rows for _ in range(G)]
+        columns = {
+            key: [row[key] for row in rows for _ in range(G)] for key in rows[0] if key != "prompt"
+        }
+
+        # 1. Generation: left-padded prompts, G sampled completions each, at the sampling temperature.
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]
+        with torch.no_grad():
+            sequences = policy.generate(
+                input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=sampling
+            )
+        completion_ids = sequences[:, prompt_ids.size(1) :]
+
+        # 2. Masking: keep tokens up to and including the first EOS.
+        mask = completion_mask(completion_ids, eos_ids, config.mask_truncated_completions)
+
+        # 3. Decode and reward: the reward sees the answer after any reasoning block.
+        id_lists = [
+            ids[row_mask.bool()].tolist()
+            for ids, row_mask in zip(completion_ids, mask, strict=True)
+        ]
+        texts = [
+            strip_reasoning(t) for t in tokenizer.batch_decode(id_lists, skip_special_tokens=True)
+        ]
+        rewards = _score(toy, prompts, texts, id_lists, columns, config.reward_weights)
+
+        # 4. Advantages: A_i = (r_i - mean(group)) / (std(group) + 1e-4), groups of G contiguous rows.
+        advantages = compute_advantages(rewards, G, config.scale_rewards)
+
+        # 5. Old and reference log-probs, once per generation batch, without gradient.
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, mask], dim=1)
+        num_tokens = completion_ids.size(1)
+        with torch.no_grad():
+            # On policy (mu = 1) old == current, so the loss uses logp.detach() instead (TRL gt:L3066).
+            old_logps = (
+                get_per_token_logps(
+                    policy, input_ids, attention_mask, num_tokens, config.temperature
+                )
+                if config.num_iterations > 1
+                else None
+            )
+            ref_logps = (
+                get_per_token_logps(
+                    reference, input_ids, attention_mask, num_tokens, config.temperature
+                )
+                if reference is not None
+                else None
+            )
+
+        # 6. mu optimizer steps on this batch: log-probs with gradient -> clipped surrogate -> AdamW.
+        for _ in range(config.num_iterations):
+            logps = get_per_token_logps(
+                policy, input_ids, attention_mask, num_tokens, config.temperature
+            )
+            loss = compute_loss(
+                logps,
+                advantages,
+                mask,
+                old_per_token_logps=old_logps,
+                ref_per_token_logps=ref_logps,
+                loss_type=config.loss_type,
+                beta=config.beta,
+                epsilon_low=config.epsilon,
+                epsilon_high=config.epsilon_high,
+                delta=config.delta,
+                importance_sampling_level=config.importance_sampling_level,
+                use_bias_correction_kl=config.use_bias_correction_kl,
+                max_completion_length=run.max_completion_length,
+                sapo_temperature_pos=1.0,
+                sapo_temperature_neg=1.05,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            optimizer.step()
+
+        kl = None
+        if ref_logps is not None:
+            token_kl = per_token_kl(logps.detach(), ref_logps)
+            kl = float((token_kl * mask).sum() / mask.sum().clamp(min=1))
+        stats = StepStats(
+            step=step + 1,
+            mean_reward=float(torch.nanmean(rewards)),
+            loss=float(loss.detach()),
+            mean_length=float(mask.sum(1).float().mean()),
+            kl=kl,
+        )
+        history.append(stats)
+        if on_step is not None:
+            on_step(stats, run)
+        if len(history) >= 10 and moving_average([s.mean_reward for s in history]) >= target:
+            break
+
+    seconds = time.perf_counter() - started
+    reached = len(history) >= 10 and moving_average([s.mean_reward for s in history]) >= target
+    return TrainResult(history, seconds, reached, target, toy.max_reward)
