@@ -13,6 +13,7 @@ from reference_impl.logprobs import completion_logps, get_per_token_logps, selec
 from reference_impl.loss import compute_loss
 from reference_impl.masking import completion_mask
 from reference_impl.rewards import combine_rewards
+from reference_impl.train import generate_completions, grpo_step, make_reference_model
 
 STAGE_FUNCTIONS = {
     "selective_log_softmax": "logprobs",
@@ -26,7 +27,16 @@ STAGE_FUNCTIONS = {
     "strip_reasoning": "decode",
 }
 
+# Optional trainer-level extension of the protocol: checks of the generation, reference_model
+# and update stages of a from-scratch trainer.
+EXTENSION_FUNCTIONS = {
+    "generate_completions": "generation",
+    "make_reference_model": "reference_model",
+    "grpo_step": "update",
+}
+
 __all__ = [
+    "EXTENSION_FUNCTIONS",
     "GRPOInputError",
     "STAGE_FUNCTIONS",
     "combine_rewards",
@@ -34,7 +44,10 @@ __all__ = [
     "completion_mask",
     "compute_advantages",
     "compute_loss",
+    "generate_completions",
     "get_per_token_logps",
+    "grpo_step",
+    "make_reference_model",
     "per_token_kl",
     "selective_log_softmax",
     "strip_reasoning",

@@ -3,6 +3,10 @@
     generate G completions per prompt -> completion mask -> decode -> rewards -> group advantages
     -> old / reference log-probs -> num_iterations x (log-probs -> loss -> optimizer step)
 
+Besides `train`, it exposes three optional trainer-level functions that `grpo-check` uses to
+check the `generation`, `reference_model` and `update` stages of a from-scratch trainer:
+`generate_completions`, `make_reference_model` and `grpo_step`.
+
 Run it: `python -m reference_impl.train --task succ` (see `--help`).
 """
 
@@ -21,7 +25,6 @@ from transformers import GenerationConfig
 from reference_impl.advantages import SCALE_REWARDS, compute_advantages
 from reference_impl.decode import strip_reasoning
 from reference_impl.errors import GRPOInputError
-from reference_impl.kl import per_token_kl
 from reference_impl.logprobs import get_per_token_logps
 from reference_impl.loss import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, compute_loss
 from reference_impl.masking import completion_mask
@@ -144,7 +147,6 @@ class StepStats:
     mean_reward: float
     loss: float
     mean_length: float
-    kl: float | None = None
 
 
 @dataclass
@@ -193,6 +195,117 @@ def _score(
     return combine_rewards(rewards_per_func, reward_weights)
 
 
+def generate_completions(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    num_generations: int,
+    max_completion_length: int,
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Stage `generation`: sample G completions per prompt; `[P, Lp] -> [P * G, T]`.
+
+    Rows g*G .. g*G + G - 1 continue prompt g (contiguous groups, as TRL's RepeatSampler lays them
+    out), sampled from softmax(logits / temperature) with top-k and top-p off (TRL 1.16 defaults);
+    after a row's first EOS it holds `pad_token_id`.
+    """
+    if not temperature > 0:
+        raise GRPOInputError(f"temperature must be > 0, got {temperature}")
+    sampling = GenerationConfig(
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_completion_length,
+        pad_token_id=pad_token_id,
+        eos_token_id=list(eos_token_ids),
+    )
+    repeated_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+    repeated_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    with torch.no_grad():
+        sequences = model.generate(
+            input_ids=repeated_ids, attention_mask=repeated_mask, generation_config=sampling
+        )
+    return sequences[:, prompt_ids.size(1) :]
+
+
+def make_reference_model(policy: torch.nn.Module) -> torch.nn.Module:
+    """Stage `reference_model`: a frozen copy of the policy as it is now (pi_ref for the KL term)."""
+    return copy.deepcopy(policy).eval().requires_grad_(False)
+
+
+def grpo_step(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    rewards: torch.Tensor,
+    *,
+    num_generations: int,
+    eos_token_ids: list[int],
+    reference: torch.nn.Module | None = None,
+    temperature: float = 1.0,
+    num_iterations: int = 1,
+    max_grad_norm: float = 1.0,
+    **loss_kwargs,
+) -> float:
+    """Stage `update`: learn from one generation batch; returns the last loss.
+
+    `prompt_ids`/`prompt_mask` are `[N, Lp]`, already repeated G times in contiguous groups;
+    `completion_ids` `[N, T]`; `rewards` `[N]`, already combined. `loss_kwargs` go to
+    `compute_loss`, except `scale_rewards` (advantages) and `mask_truncated_completions` (mask).
+    """
+    scale_rewards = loss_kwargs.pop("scale_rewards", "group")
+    mask_truncated = loss_kwargs.pop("mask_truncated_completions", False)
+    beta = loss_kwargs.get("beta", 0.0)
+    if beta != 0.0 and reference is None:
+        raise GRPOInputError("beta != 0 needs a reference model (make_reference_model(policy))")
+    if num_iterations < 1:
+        raise GRPOInputError(f"num_iterations must be >= 1, got {num_iterations}")
+
+    # Mask and advantages: tokens up to the first EOS; A_i = (r_i - mean_g) / (std_g + 1e-4).
+    mask = completion_mask(completion_ids, eos_token_ids, mask_truncated)
+    advantages = compute_advantages(rewards, num_generations, scale_rewards)
+
+    # Old and reference log-probs, once per generation batch, without gradient.
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, mask], dim=1)
+    num_tokens = completion_ids.size(1)
+    with torch.no_grad():
+        # On policy (mu = 1) old == current, so the loss uses logp.detach() instead (TRL gt:L3066).
+        old_logps = (
+            get_per_token_logps(policy, input_ids, attention_mask, num_tokens, temperature)
+            if num_iterations > 1
+            else None
+        )
+        ref_logps = (
+            get_per_token_logps(reference, input_ids, attention_mask, num_tokens, temperature)
+            if beta != 0.0
+            else None
+        )
+
+    # mu optimizer steps on this batch: log-probs with gradient -> clipped surrogate -> AdamW.
+    for _ in range(num_iterations):
+        logps = get_per_token_logps(policy, input_ids, attention_mask, num_tokens, temperature)
+        loss = compute_loss(
+            logps,
+            advantages,
+            mask,
+            old_per_token_logps=old_logps,
+            ref_per_token_logps=ref_logps,
+            **loss_kwargs,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+        optimizer.step()
+    return float(loss.detach())
+
+
 def train(
     config: TrainConfig, on_step: Callable[[StepStats, ResolvedConfig], None] | None = None
 ) -> TrainResult:
@@ -204,17 +317,8 @@ def train(
 
     policy, tokenizer = load_tiny(config.tiny)
     eos_ids = list(policy.generation_config.eos_token_id)
-    reference = copy.deepcopy(policy).eval().requires_grad_(False) if config.beta != 0.0 else None
+    reference = make_reference_model(policy) if config.beta != 0.0 else None
     optimizer = torch.optim.AdamW(policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99))
-    sampling = GenerationConfig(
-        do_sample=True,
-        temperature=config.temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=run.max_completion_length,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=eos_ids,
-    )
     dataset = toy.dataset()
     order: list[int] = []
     history: list[StepStats] = []
@@ -222,29 +326,39 @@ def train(
     started = time.perf_counter()
 
     for step in range(config.max_steps):
-        # Prompts: shuffled passes over the dataset; each prompt repeated G times in a contiguous block.
+        # Prompts: shuffled passes over the dataset, P distinct prompts per generation batch.
         while len(order) < run.prompts_per_step:
             order += random.sample(range(len(dataset)), len(dataset))
         rows = [dataset[i] for i in order[: run.prompts_per_step]]
         del order[: run.prompts_per_step]
+        encoded = tokenizer(
+            [row["prompt"] for row in rows],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+
+        # 1. Generation: G completions per left-padded prompt, in contiguous groups of G rows.
+        completion_ids = generate_completions(
+            policy,
+            encoded["input_ids"],
+            encoded["attention_mask"],
+            num_generations=G,
+            max_completion_length=run.max_completion_length,
+            eos_token_ids=eos_ids,
+            pad_token_id=tokenizer.pad_token_id,
+            temperature=config.temperature,
+        )
+        prompt_ids = encoded["input_ids"].repeat_interleave(G, dim=0)
+        prompt_mask = encoded["attention_mask"].repeat_interleave(G, dim=0)
         prompts = [row["prompt"] for row in rows for _ in range(G)]
         columns = {
             key: [row[key] for row in rows for _ in range(G)] for key in rows[0] if key != "prompt"
         }
 
-        # 1. Generation: left-padded prompts, G sampled completions each, at the sampling temperature.
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]
-        with torch.no_grad():
-            sequences = policy.generate(
-                input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=sampling
-            )
-        completion_ids = sequences[:, prompt_ids.size(1) :]
-
-        # 2. Masking: keep tokens up to and including the first EOS.
+        # 2. Decode and reward: tokens up to the first EOS; the reward sees the answer after any
+        #    reasoning block.
         mask = completion_mask(completion_ids, eos_ids, config.mask_truncated_completions)
-
-        # 3. Decode and reward: the reward sees the answer after any reasoning block.
         id_lists = [
             ids[row_mask.bool()].tolist()
             for ids, row_mask in zip(completion_ids, mask, strict=True)
@@ -254,67 +368,37 @@ def train(
         ]
         rewards = _score(toy, prompts, texts, id_lists, columns, config.reward_weights)
 
-        # 4. Advantages: A_i = (r_i - mean(group)) / (std(group) + 1e-4), groups of G contiguous rows.
-        advantages = compute_advantages(rewards, G, config.scale_rewards)
+        # 3. Update: advantages, old/ref log-probs and num_iterations optimizer steps.
+        loss = grpo_step(
+            policy,
+            optimizer,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            rewards,
+            num_generations=G,
+            eos_token_ids=eos_ids,
+            reference=reference,
+            temperature=config.temperature,
+            num_iterations=config.num_iterations,
+            max_grad_norm=config.max_grad_norm,
+            scale_rewards=config.scale_rewards,
+            mask_truncated_completions=config.mask_truncated_completions,
+            loss_type=config.loss_type,
+            beta=config.beta,
+            epsilon_low=config.epsilon,
+            epsilon_high=config.epsilon_high,
+            delta=config.delta,
+            importance_sampling_level=config.importance_sampling_level,
+            use_bias_correction_kl=config.use_bias_correction_kl,
+            max_completion_length=run.max_completion_length,
+        )
 
-        # 5. Old and reference log-probs, once per generation batch, without gradient.
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, mask], dim=1)
-        num_tokens = completion_ids.size(1)
-        with torch.no_grad():
-            # On policy (mu = 1) old == current, so the loss uses logp.detach() instead (TRL gt:L3066).
-            old_logps = (
-                get_per_token_logps(
-                    policy, input_ids, attention_mask, num_tokens, config.temperature
-                )
-                if config.num_iterations > 1
-                else None
-            )
-            ref_logps = (
-                get_per_token_logps(
-                    reference, input_ids, attention_mask, num_tokens, config.temperature
-                )
-                if reference is not None
-                else None
-            )
-
-        # 6. mu optimizer steps on this batch: log-probs with gradient -> clipped surrogate -> AdamW.
-        for _ in range(config.num_iterations):
-            logps = get_per_token_logps(
-                policy, input_ids, attention_mask, num_tokens, config.temperature
-            )
-            loss = compute_loss(
-                logps,
-                advantages,
-                mask,
-                old_per_token_logps=old_logps,
-                ref_per_token_logps=ref_logps,
-                loss_type=config.loss_type,
-                beta=config.beta,
-                epsilon_low=config.epsilon,
-                epsilon_high=config.epsilon_high,
-                delta=config.delta,
-                importance_sampling_level=config.importance_sampling_level,
-                use_bias_correction_kl=config.use_bias_correction_kl,
-                max_completion_length=run.max_completion_length,
-                sapo_temperature_pos=1.0,
-                sapo_temperature_neg=1.05,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-            optimizer.step()
-
-        kl = None
-        if ref_logps is not None:
-            token_kl = per_token_kl(logps.detach(), ref_logps)
-            kl = float((token_kl * mask).sum() / mask.sum().clamp(min=1))
         stats = StepStats(
             step=step + 1,
             mean_reward=float(torch.nanmean(rewards)),
-            loss=float(loss.detach()),
+            loss=loss,
             mean_length=float(mask.sum(1).float().mean()),
-            kl=kl,
         )
         history.append(stats)
         if on_step is not None:
