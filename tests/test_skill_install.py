@@ -261,7 +261,10 @@ def test_cli_install_list_uninstall(homes):
 
     result = runner.invoke(skill, ["install", "--all", "--dir", project])
     assert result.exit_code == 0
-    assert "warning: GitHub Copilot will find the grpo skill 2 times" in result.output
+    assert (
+        "warning: GitHub Copilot will find the grpo skill 2 times (identical copies)"
+        in result.output
+    )
 
     result = runner.invoke(skill, ["list", "--dir", project])
     assert result.exit_code == 0 and "current" in result.output
@@ -280,3 +283,24 @@ def test_cli_refusal_is_one_line_and_exit_1(homes):
     )
     assert result.exit_code == 1
     assert "refusing to overwrite" in result.output and "Traceback" not in result.output
+
+
+def test_duplicate_warning_says_when_copies_differ(homes):
+    other = homes["project"] / ".claude/skills/grpo"
+    other.mkdir(parents=True)
+    (other / "SKILL.md").write_text("---\nname: grpo\ndescription: an older grpo skill\n---\n")
+    report = install_skill(homes["project"], ["codex"])
+    assert any(
+        w.startswith("GitHub Copilot will find the grpo skill 2 times (the copies DIFFER)")
+        for w in report.duplicates
+    )
+
+
+def test_readme_python_example_runs(homes, monkeypatch):
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("<!-- section:skill -->", 1)[1].split("<!-- /section:skill -->", 1)[0]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(homes["project"])
+    exec(compile(example, "README.md", "exec"), {})
+    assert (homes["project"] / "workspace/.claude/skills/grpo/SKILL.md").is_file()
+    assert (homes["project"] / "workspace/.agents/skills/grpo/SKILL.md").is_file()

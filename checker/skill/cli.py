@@ -83,8 +83,12 @@ def install_command(agent_names, all_agents, scope, project_dir, force, link) ->
         if result.created_root:
             click.echo("  new skills folder: restart running agents so that they see it")
     for warning in report.duplicates:
+        click.echo(f"warning: {warning}")
+    if report.duplicates:
         click.echo(
-            f"warning: {warning} (each agent keeps one; remove the extra copies to be sure which)"
+            "  Claude Code reads only .claude/skills, and Codex and Gemini do not read it, so serving"
+            " them all takes two folders; an agent reading both keeps one copy by name. Uninstall"
+            " the copies you do not need if an agent lists the skill twice."
         )
     if link:
         click.echo(

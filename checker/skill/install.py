@@ -304,8 +304,13 @@ def duplicate_warnings(project_dir: Path) -> list[str]:
         }
         seen = [folder for folder in installed if os.path.realpath(folder.parent) in roots]
         if len(seen) > 1:
+            identical = (
+                len({json.dumps(file_hashes(folder), sort_keys=True) for folder in seen}) == 1
+            )
             warnings.append(
-                f"{agent.title} will find the grpo skill {len(seen)} times: "
+                f"{agent.title} will find the grpo skill {len(seen)} times"
+                + (" (identical copies)" if identical else " (the copies DIFFER)")
+                + ": "
                 + ", ".join(str(folder) for folder in seen)
             )
     return warnings
