@@ -1,8 +1,171 @@
-"""`grpo-check tasks ...`: placeholder until the task suite lands (issue: debug tasks)."""
+"""`grpo-check tasks ...`: list, verify, run, report, export and generate the debug tasks."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
 
 import click
+
+from checker.tasks.spec import TASKS_DIR, TaskSpecError, load_tasks
+
+
+def _load(ids: tuple[str, ...], tasks_dir: Path):
+    try:
+        return load_tasks(tasks_dir, list(ids) or None)
+    except TaskSpecError as error:
+        raise click.ClickException(str(error)) from None
+
+
+tasks_dir_option = click.option(
+    "--tasks-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=TASKS_DIR,
+    show_default=True,
+    help="Folder holding the task specs.",
+)
 
 
 @click.group("tasks")
 def tasks() -> None:
-    """List, verify, run, report and export the debug tasks (not implemented yet)."""
+    """List, verify, run, report, export and generate the debug tasks."""
+
+
+@tasks.command("list")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per task.")
+@tasks_dir_option
+def list_command(as_json: bool, tasks_dir: Path) -> None:
+    """The tasks, their family, stages and bugs."""
+    summaries = [spec.summary() for spec in _load((), tasks_dir)]
+    if as_json:
+        click.echo(json.dumps(summaries, indent=2))
+        return
+    for s in summaries:
+        bugs = ", ".join(
+            f"{b['id']} ({b['weight']:g}{', decoy' if b['kind'] == 'decoy' else ''})"
+            for b in s["bugs"]
+        )
+        click.echo(f"{s['id']:<34} {s['family']:<10} {','.join(s['stages']):<36} {bugs}")
+
+
+@tasks.command("verify")
+@click.argument("task_ids", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of {id, oracle, nop, ok}.")
+@click.option("--jobs", default=2, show_default=True, help="Tasks verified in parallel.")
+@tasks_dir_option
+def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_dir: Path) -> None:
+    """Score the built-in agents oracle (must get 1.0) and nop (must get 0 on every bug)."""
+    from checker.tasks.verify import verify_tasks
+
+    specs = _load(task_ids, tasks_dir)
+    rows = verify_tasks(specs, jobs=jobs, progress=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    sys.exit(0 if all(row["ok"] for row in rows) else 1)
+
+
+@tasks.command("run")
+@click.argument("task_ids", nargs=-1, required=True)
+@click.option(
+    "--agent",
+    required=True,
+    help="oracle, nop, or a command template, e.g. 'claude -p \"$(cat {instruction})\"'.",
+)
+@click.option(
+    "--skill/--no-skill", default=False, help="Install the grpo skill in the workspace first."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("task-runs"),
+    show_default=True,
+)
+@click.option(
+    "--timeout",
+    default=1800.0,
+    show_default=True,
+    help="Seconds before the agent's process group is killed.",
+)
+@click.option("--trials", default=1, show_default=True, help="Trials per task.")
+@click.option("--resume", is_flag=True, help="Skip trials already recorded in OUT/results.jsonl.")
+@tasks_dir_option
+def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir) -> None:
+    """Run AGENT on tasks; one JSON line per trial in OUT/results.jsonl as each trial ends."""
+    from checker.tasks.build import build_task
+    from checker.tasks.runner import append_result, finished_trials, run_trial
+
+    specs = _load(task_ids, tasks_dir)
+    results = out / "results.jsonl"
+    done = finished_trials(results) if resume else set()
+    condition = "skill" if skill else "no-skill"
+    with tempfile.TemporaryDirectory(prefix="grpo-tasks-") as scratch:
+        for spec in specs:
+            pending = [t for t in range(trials) if (spec.id, agent, condition, t) not in done]
+            if not pending:
+                click.echo(f"{spec.id}: {trials} trial(s) already recorded, skipped")
+                continue
+            built = build_task(spec, Path(scratch))
+            for trial in pending:
+                result = run_trial(
+                    built, agent, skill=skill, trial=trial, timeout=timeout, keep=out / "trials"
+                )
+                append_result(results, result)
+                click.echo(
+                    f"{spec.id} [{condition}] trial {trial}: reward {result.reward:.4f} ({result.status}, {result.seconds:.0f} s)"
+                )
+
+
+@tasks.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report_command(out: Path) -> None:
+    """Mean reward and full-pass rate per task and condition, per-bug fix rates, a PNG chart."""
+    from checker.tasks.report import load_results, render_report, write_chart
+
+    rows = load_results(out / "results.jsonl")
+    if not rows:
+        raise click.ClickException(f"no results in {out / 'results.jsonl'}")
+    click.echo(render_report(rows))
+    chart = write_chart(rows, out / "pass_rates.png")
+    click.echo(f"chart: {chart}")
+
+
+@tasks.command("export")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["harbor"]), default="harbor", show_default=True)
+@click.option(
+    "--skill/--no-skill", default=False, help="Place the grpo skill in the agents' folders."
+)
+@click.argument("task_ids", nargs=-1)
+@tasks_dir_option
+def export_command(out: Path, fmt: str, skill: bool, task_ids, tasks_dir: Path) -> None:
+    """Write every task fully expanded in Harbor's layout under OUT."""
+    from checker.tasks.export import export_harbor
+
+    for folder in export_harbor(_load(tuple(task_ids), tasks_dir), out, skill=skill):
+        click.echo(folder)
+
+
+@tasks.command("generate")
+@click.option(
+    "--seed", required=True, type=int, help="Seeds the draw; the same seed gives the same task."
+)
+@click.option(
+    "--bugs", "num_bugs", default=2, show_default=True, help="Bugs to draw (distinct stages)."
+)
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=TASKS_DIR, show_default=True
+)
+@click.option(
+    "--no-verify", is_flag=True, help="Skip checking that nop scores 0 on every drawn bug."
+)
+def generate_command(seed: int, num_bugs: int, out: Path, no_verify: bool) -> None:
+    """Draw K bugs from the mutation catalog into a new reference-family task."""
+    from checker.tasks.generate import GenerateError, generate_task
+
+    try:
+        folder = generate_task(seed, num_bugs, out, verify=not no_verify)
+    except GenerateError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(folder)

@@ -1,0 +1,160 @@
+"""Expand a task spec into Harbor's layout: environment/ (what the agent sees), tests/, solution/.
+
+reference family: the workspace holds `minigrpo/`, a copy of `reference_impl` renamed, with the
+task's setup patches (intended customisations) and bug patches, and a training script.
+trl family: the workspace holds `trl/`, a copy of the TRL package installed here (never stored
+in the repository) with the task's patches, a training script, a reward file and the tiny model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+from checker.tasks.spec import REPO_ROOT, TaskSpec
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+VERIFIER = Path(__file__).resolve().parent / "verifier"
+PACKAGE = "minigrpo"
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
+# Files that define the experiment; the verifier scores 0 if any of them changes.
+PROTECTED = {
+    "reference": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
+    "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
+}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    """The verifier's digest of a package folder (the same function as in verify.py)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def installed_trl() -> Path:
+    spec = importlib.util.find_spec("trl")
+    return Path(spec.submodule_search_locations[0])
+
+
+def _apply(root: Path, spec: TaskSpec, kinds: tuple[str, ...]) -> set[str]:
+    """Apply the patches of `kinds` under `root`; the files they touched."""
+    touched = set()
+    for patch in spec.patches:
+        if patch.kind in kinds:
+            patch.mutant.apply(root)
+            touched.add(patch.mutant.file)
+    return touched
+
+
+def _renamed_package(source: Path, target: Path) -> None:
+    """Copy `reference_impl` (as patched) to `target`, importing itself as `minigrpo`."""
+    shutil.copytree(source, target, ignore=IGNORE)
+    for path in target.rglob("*.py"):
+        path.write_text(path.read_text().replace("reference_impl", PACKAGE))
+
+
+def _notes(spec: TaskSpec) -> str:
+    """The project notes the agent sees: the intended customisations, in the user's words."""
+    lines = [spec.toml["grpo"].get("notes", "").strip()]
+    setups = [
+        p.mutant.description for p in spec.patches if p.kind == "setup" and p.mutant.description
+    ]
+    if setups:
+        lines += ["", "Intended project-specific behaviour (keep it):", ""]
+        lines += [f"- {text}" for text in setups]
+    return "\n".join(lines).strip() + "\n"
+
+
+def _build_reference(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
+    intended = scratch / "intended"
+    buggy = scratch / "buggy"
+    for root in (intended, buggy):
+        shutil.copytree(REPO_ROOT / "reference_impl", root / "reference_impl", ignore=IGNORE)
+    _apply(intended, spec, ("setup",))
+    _apply(buggy, spec, ("setup", "bug"))
+    touched = {p.mutant.file for p in spec.patches if p.kind == "bug"}
+    _renamed_package(buggy / "reference_impl", workspace / PACKAGE)
+    _renamed_package(intended / "reference_impl", tests / "expected" / PACKAGE)
+    for relative in touched:
+        target = files / PACKAGE / Path(relative).relative_to("reference_impl")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tests / "expected" / PACKAGE / target.relative_to(files / PACKAGE), target)
+    script = (TEMPLATES / "train_reference.py.tmpl").read_text()
+    (workspace / "train.py").write_text(script.replace("{train_kwargs}", repr(spec.train)))
+
+
+def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
+    from reference_impl.tiny import TinySpec, tiny_model_path
+
+    source = workspace / "trl"
+    shutil.copytree(installed_trl(), source / "trl", ignore=IGNORE)
+    intended = scratch / "intended"
+    for patch in spec.patches:
+        target = intended / patch.mutant.file
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / patch.mutant.file, target)
+    _apply(intended, spec, ("setup",))
+    _apply(source, spec, ("setup", "bug"))
+    for relative in {p.mutant.file for p in spec.patches if p.kind == "bug"}:
+        target = files / "trl" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(intended / relative, target)
+    script = (TEMPLATES / "train_trl.py.tmpl").read_text()
+    (workspace / "train_grpo.py").write_text(script.replace("{train_kwargs}", repr(spec.train)))
+    shutil.copy(TEMPLATES / "reward_fn.py", workspace / "reward_fn.py")
+    model = tiny_model_path(TinySpec(eos_bias=2.0))
+    shutil.copytree(model, workspace / "model")
+
+
+def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
+    """Write the task `spec` fully expanded to `out/<id>/`; returns that folder."""
+    root = out / spec.id
+    if root.exists():
+        shutil.rmtree(root)
+    environment, tests, solution = root / "environment", root / "tests", root / "solution"
+    workspace = environment / "workspace"
+    for folder in (workspace, tests, solution / "files"):
+        folder.mkdir(parents=True)
+    scratch = root / ".scratch"
+    if spec.family == "reference":
+        _build_reference(spec, scratch, workspace, tests, solution / "files")
+    else:
+        _build_trl(spec, scratch, workspace, tests, solution / "files")
+    shutil.rmtree(scratch, ignore_errors=True)
+    (workspace / "NOTES.md").write_text(_notes(spec))
+
+    shutil.copy(spec.folder / "task.toml", root / "task.toml")
+    (root / "instruction.md").write_text(spec.instruction)
+    for name in ("verify.py", "judge.py", "ref_probes.py", "trl_probes.py"):
+        shutil.copy(VERIFIER / name, tests / name)
+    shutil.copytree(REPO_ROOT / "reference_impl", tests / "reference_impl", ignore=IGNORE)
+    shutil.copy(TEMPLATES / "test.sh", tests / "test.sh")
+    shutil.copy(TEMPLATES / "solve.sh", solution / "solve.sh")
+    for script in (tests / "test.sh", solution / "solve.sh"):
+        script.chmod(0o755)
+    task = {
+        "id": spec.id,
+        "family": spec.family,
+        "package": PACKAGE,
+        "bugs": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "bug"],
+        "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],
+        "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.family]},
+        "installed": {"trl": tree_digest(installed_trl())},
+    }
+    (tests / "task.json").write_text(json.dumps(task, indent=2))
+    shutil.copy(TEMPLATES / "Dockerfile", environment / "Dockerfile")
+    if skill:  # the --skill condition: our installer, into the workspace's agent folders
+        from checker.skill.install import install_skill
+
+        install_skill(workspace)
+    return root

@@ -1,0 +1,156 @@
+"""A debug task as stored in the repository: `tasks/<id>/{task.toml, instruction.md, patches.yaml}`.
+
+`task.toml` holds Harbor's fields plus our `[grpo]` table (family, stages, bugs with weights, the
+training run the workspace script does). `patches.yaml` lists exact text replacements: `setup`
+patches are the user's intended customisations (kept by the oracle), `bug` patches the injected
+bugs (undone by the oracle). The build step (`build.py`) expands a spec into Harbor's layout.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from checker.mutants import STAGES, Mutant, MutantError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+TASKS_DIR = REPO_ROOT / "tasks"
+FAMILIES = ("reference", "trl")
+TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class TaskSpecError(ValueError):
+    """A task folder that cannot be built; the message names the task and the cause."""
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One scored item: an injected bug, or a decoy (intended behaviour that guards a bug's fix)."""
+
+    id: str
+    stage: str
+    weight: float
+    kind: str = "bug"  # "bug" or "decoy"
+    guards: str = ""  # decoy only: the bug whose fix must keep this behaviour
+    probes: tuple[str, ...] = ()  # decoy only: the observations that show the behaviour
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A `setup` (intended customisation) or `bug` replacement in one workspace source file."""
+
+    id: str
+    kind: str
+    mutant: Mutant
+
+
+@dataclass
+class TaskSpec:
+    id: str
+    folder: Path
+    toml: dict
+    instruction: str
+    patches: list[Patch]
+    family: str = field(init=False)
+    bugs: list[Bug] = field(init=False)
+
+    def __post_init__(self) -> None:
+        grpo = self.toml.get("grpo", {})
+        self.family = grpo.get("family", "")
+        self.bugs = [
+            Bug(**{**b, "probes": tuple(b.get("probes", ()))}) for b in grpo.get("bugs", [])
+        ]
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.toml["grpo"]["stages"])
+
+    @property
+    def train(self) -> dict:
+        """Keyword arguments of the training run the workspace script performs."""
+        return dict(self.toml["grpo"].get("train", {}))
+
+    def summary(self) -> dict:
+        return {
+            "id": self.id,
+            "family": self.family,
+            "stages": self.stages,
+            "bugs": [
+                {"id": b.id, "stage": b.stage, "weight": b.weight, "kind": b.kind}
+                for b in self.bugs
+            ],
+            "difficulty": self.toml.get("metadata", {}).get("difficulty", ""),
+        }
+
+
+def _validate(spec: TaskSpec) -> None:
+    where = f"task {spec.id}"
+    if not TASK_ID.match(spec.id):
+        raise TaskSpecError(f"{where}: id must be lowercase-hyphenated")
+    if spec.family not in FAMILIES:
+        raise TaskSpecError(f"{where}: [grpo] family must be one of {FAMILIES}")
+    if not spec.bugs:
+        raise TaskSpecError(f"{where}: [grpo] bugs is empty")
+    total = sum(b.weight for b in spec.bugs)
+    if abs(total - 1.0) > 1e-9:
+        raise TaskSpecError(f"{where}: bug weights sum to {total}, not 1")
+    bug_ids = {b.id for b in spec.bugs if b.kind == "bug"}
+    patch_bugs = {p.id for p in spec.patches if p.kind == "bug"}
+    for bug in spec.bugs:
+        if bug.stage not in STAGES:
+            raise TaskSpecError(f"{where}: bug {bug.id} has unknown stage {bug.stage!r}")
+        if bug.kind == "decoy" and bug.guards not in bug_ids:
+            raise TaskSpecError(f"{where}: decoy {bug.id} guards unknown bug {bug.guards!r}")
+        if bug.kind == "bug" and bug.id not in patch_bugs:
+            raise TaskSpecError(f"{where}: bug {bug.id} has no patch in patches.yaml")
+    stages = {b.stage for b in spec.bugs if b.kind == "bug"}
+    if len(stages) != len(bug_ids):
+        raise TaskSpecError(
+            f"{where}: two bugs share a stage, so their checks could not be told apart"
+        )
+    if set(spec.stages) != stages:
+        raise TaskSpecError(
+            f"{where}: [grpo] stages {spec.stages} != the bugs' stages {sorted(stages)}"
+        )
+
+
+def load_task(folder: Path) -> TaskSpec:
+    """Read and validate one task folder."""
+    try:
+        toml = tomllib.loads((folder / "task.toml").read_text())
+        instruction = (folder / "instruction.md").read_text()
+        entries = yaml.safe_load((folder / "patches.yaml").read_text()) or []
+    except (OSError, tomllib.TOMLDecodeError, yaml.YAMLError) as error:
+        raise TaskSpecError(f"task {folder.name}: {error}") from None
+    patches = []
+    for entry in entries:
+        entry = dict(entry)
+        kind = entry.pop("kind", "bug")
+        entry.setdefault("stage", "decode")
+        entry.setdefault("description", "")
+        try:
+            patches.append(Patch(entry["id"], kind, Mutant(**entry)))
+        except (TypeError, KeyError) as error:
+            raise TaskSpecError(f"task {folder.name}: malformed patch {entry!r}: {error}") from None
+    spec = TaskSpec(folder.name, folder, toml, instruction, patches)
+    _validate(spec)
+    return spec
+
+
+def load_tasks(tasks_dir: Path = TASKS_DIR, ids: list[str] | None = None) -> list[TaskSpec]:
+    """Every task of `tasks_dir` (or only `ids`, in that order)."""
+    folders = sorted(p.parent for p in tasks_dir.glob("*/task.toml"))
+    by_id = {folder.name: folder for folder in folders}
+    if ids:
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise TaskSpecError(f"unknown task {', '.join(unknown)}; see `grpo-check tasks list`")
+        folders = [by_id[i] for i in ids]
+    return [load_task(folder) for folder in folders]
+
+
+__all__ = ["Bug", "MutantError", "Patch", "TaskSpec", "TaskSpecError", "load_task", "load_tasks"]

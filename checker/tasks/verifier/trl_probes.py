@@ -1,0 +1,436 @@
+"""Behavioural probes of a patched TRL `GRPOTrainer` (the `trl` task family).
+
+The child process (this file as a script) imports the workspace's TRL, builds small GRPOTrainers
+on the tiny local model and records what they compute: advantages, completion masks, log-probs,
+losses with their gradients, what the reward function was given, the reference model after
+training. The verifier's own process then recomputes each from the recorded inputs with
+`reference_impl` (TRL 1.16 semantics) and compares. Nothing reads the source text.
+
+    python trl_probes.py WORKSPACE OUT.pt STAGES
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+for _name in (
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HUB_DISABLE_TELEMETRY",
+):
+    os.environ[_name] = "1"
+
+import torch  # noqa: E402
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+from judge import describe, same  # noqa: E402
+
+G = 4
+PROMPTS = [f"{d} =" for d in (1, 2, 3, 4)]
+COMPLETION_LENGTH = 6
+TEMPERATURE = 0.7
+# Rewards by row: groups with different spreads, so a batch-wide statistic or a huge epsilon shows.
+SPREAD = [0.0, 1.0, 1.0, 1.0, 3.0, 5.0, 3.0, 5.0, 0.2, 0.2, 0.2, 0.9, 2.0, 0.0, 1.0, 0.5]
+AUX = [1.0, None, 0.0, 1.0, None, None, 0.5, 0.5, 1.0, 0.0, None, 1.0, 0.0, 0.0, 1.0, 1.0]
+DECODE_TEXTS = [
+    "7",
+    "<think>3 + 4</think> 7",
+    "<think>3 + 4",
+    "3 + 4</think>7",
+    "the answer is 8",
+    "<think></think>9",
+    "",
+    "5 5",
+]
+PLAIN_ROWS = [0, 4, 6, 7]
+
+
+def tiny_spec():
+    from reference_impl.tiny import TinySpec
+
+    return TinySpec(eos_bias=2.0)  # an untrained model that often stops early: ragged masks
+
+
+# --- child side: observe ------------------------------------------------------------------------
+def _spread_reward(prompts, completions, **_):
+    return SPREAD[: len(completions)]
+
+
+def _aux_reward(prompts, completions, **_):
+    return AUX[: len(completions)]
+
+
+def _trainer(workdir: str, reward_funcs=None, **overrides):
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerFast
+    from trl import GRPOConfig, GRPOTrainer
+
+    from reference_impl.tiny import tiny_model_path
+
+    path = tiny_model_path(tiny_spec())
+    config = dict(
+        output_dir=workdir,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=len(PROMPTS) * G,
+        num_generations=G,
+        max_completion_length=COMPLETION_LENGTH,
+        temperature=TEMPERATURE,
+        max_steps=2,
+        learning_rate=5e-2,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
+    config.update(overrides)
+    trainer = GRPOTrainer(
+        model=str(path),
+        reward_funcs=reward_funcs or [_spread_reward],
+        args=GRPOConfig(**config),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
+        processing_class=PreTrainedTokenizerFast.from_pretrained(path),
+    )
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); probes call below it
+    return trainer
+
+
+def _capture_rewards(trainer) -> dict:
+    """Wrap the trainer's reward computation to keep what the reward functions received and returned."""
+    seen = {}
+    original = trainer._calculate_rewards
+
+    def calculate(inputs, prompts, completions, completion_ids_list):
+        seen["completions"] = list(completions)
+        seen["rewards_per_func"] = original(inputs, prompts, completions, completion_ids_list)
+        return seen["rewards_per_func"]
+
+    trainer._calculate_rewards = calculate
+    return seen
+
+
+def _generate(trainer) -> dict:
+    inputs = [{"prompt": p} for p in PROMPTS for _ in range(G)]
+    torch.manual_seed(0)
+    return trainer._generate_and_score_completions(inputs)
+
+
+def _observe_scoring(workdir: str, stages: list[str]) -> dict:
+    seen = {}
+    if "advantages" in stages:
+        for scale in ("group", "batch", "none"):
+            trainer = _trainer(workdir, scale_rewards=scale)
+            captured = _capture_rewards(trainer)
+            batch = _generate(trainer)
+            seen[f"advantages.{scale}"] = (captured["rewards_per_func"], batch["advantages"])
+    if "rewards" in stages:
+        trainer = _trainer(workdir, [_spread_reward, _aux_reward], reward_weights=[1.0, 0.5])
+        captured = _capture_rewards(trainer)
+        batch = _generate(trainer)
+        seen["rewards.weighted_with_none"] = (captured["rewards_per_func"], batch["advantages"])
+    if "decode" in stages:
+        trainer = _trainer(workdir)
+        captured = _capture_rewards(trainer)
+        texts = DECODE_TEXTS * (len(PROMPTS) * G // len(DECODE_TEXTS))
+        trainer.processing_class.batch_decode = lambda ids, **_: texts[: len(ids)]
+        _generate(trainer)
+        seen["decode.reward_inputs"] = captured["completions"][: len(DECODE_TEXTS)]
+    return seen
+
+
+def _keep_logps(trainer) -> dict:
+    """Keep the policy log-probs `_compute_loss` computes, with their graph, to take dL/dlogp."""
+    kept = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def wrapped(*args, **kwargs):
+        logps, entropies, aux = original(*args, **kwargs)
+        kept["logps"] = logps
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = wrapped
+    return kept
+
+
+LOSS_CASES = {
+    "ratio.token": ("ratio", dict(loss_type="dapo"), 0.1, None),
+    "ratio.sequence": (
+        "ratio",
+        dict(loss_type="dapo", importance_sampling_level="sequence"),
+        0.1,
+        None,
+    ),
+    "clipping.clip_higher": ("clipping", dict(loss_type="dapo", epsilon_high=0.28), 0.8, None),
+    "clipping.delta": ("clipping", dict(loss_type="bnpo", delta=1.3), 0.8, None),
+    "kl.k3": ("kl", dict(loss_type="dapo", beta=0.04), None, 0.5),
+    "kl.bias_correction": ("kl", dict(loss_type="grpo", beta=0.1), 0.1, 0.3),
+    "kl.no_bias_correction": (
+        "kl",
+        dict(loss_type="grpo", beta=0.1, use_bias_correction_kl=False),
+        0.1,
+        0.3,
+    ),
+    "loss_aggregation.grpo": ("loss_aggregation", dict(loss_type="grpo"), None, None),
+    "loss_aggregation.bnpo": ("loss_aggregation", dict(loss_type="bnpo"), None, None),
+    "loss_aggregation.dr_grpo": ("loss_aggregation", dict(loss_type="dr_grpo"), None, None),
+    "loss_aggregation.dapo": ("loss_aggregation", dict(loss_type="dapo"), None, None),
+}
+
+
+def _observe_losses(workdir: str, stages: list[str]) -> dict:
+    seen = {}
+    cases = {name: case for name, case in LOSS_CASES.items() if case[0] in stages}
+    if not cases:
+        return seen
+    batch = _generate(_trainer(workdir))
+    mask = batch["completion_mask"]
+    g = torch.Generator().manual_seed(7)
+    noise = torch.rand(mask.shape, generator=g) * 2 - 1
+    advantages = torch.randn(mask.size(0), generator=g)
+    for name, (_, overrides, old_offset, ref_offset) in cases.items():
+        trainer = _trainer(workdir, **overrides)
+        trainer.model.train()
+        kept = _keep_logps(trainer)
+        with torch.no_grad():
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model,
+                torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                torch.cat([batch["prompt_mask"], mask], dim=1),
+                mask.size(1),
+            )
+        inputs = dict(batch, advantages=advantages.clone())
+        inputs.pop("old_per_token_logps", None)
+        inputs.pop("ref_per_token_logps", None)
+        if old_offset is not None:
+            inputs["old_per_token_logps"] = logps - noise * old_offset
+        if ref_offset is not None:
+            inputs["ref_per_token_logps"] = logps + noise.flip(0) * ref_offset
+        loss = trainer._compute_loss(trainer.model, inputs)
+        (grad,) = torch.autograd.grad(loss, kept["logps"])
+        seen[name] = {
+            "loss": loss.detach(),
+            "grad": grad,
+            "logps": kept["logps"].detach(),
+            "mask": mask,
+            "advantages": advantages,
+            "old": inputs.get("old_per_token_logps"),
+            "ref": inputs.get("ref_per_token_logps"),
+            "num_items_in_batch": batch["num_items_in_batch"],
+            "config": overrides,
+        }
+    return seen
+
+
+def _observe_model(workdir: str, stages: list[str]) -> dict:
+    seen = {}
+    if "logprobs" in stages or "masking" in stages:
+        trainer = _trainer(workdir)
+        batch = _generate(trainer)
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, input_ids, attention_mask, batch["completion_ids"].size(1)
+            )
+        seen["batch"] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "completion_ids": batch["completion_ids"],
+            "completion_mask": batch["completion_mask"],
+            "logps": logps,
+            "eos_token_ids": list(trainer.eos_token_ids),
+        }
+    if "reference_model" in stages:
+        trainer = _trainer(workdir, beta=0.04)
+        trainer.train()
+        probe_ids = torch.tensor([[3, 13, 4, 5, 6]])
+        with torch.no_grad():
+            seen["reference_model.after_training"] = {
+                "ref_logits": trainer.ref_model(input_ids=probe_ids).logits,
+                "policy_logits": trainer.model(input_ids=probe_ids).logits,
+                "probe_ids": probe_ids,
+            }
+    return seen
+
+
+def observe(workspace: str, stages: list[str]) -> dict:
+    sys.path.insert(1, str(Path(workspace) / "trl"))  # the workspace's TRL source tree
+    import trl
+
+    if not str(Path(trl.__file__).resolve()).startswith(str(Path(workspace).resolve())):
+        raise SystemExit(f"import trl resolved to {trl.__file__}, not the workspace's copy")
+    seen = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for part in (_observe_scoring, _observe_losses, _observe_model):
+            try:
+                seen.update(part(workdir, stages))
+            except Exception as error:  # a crash inside the candidate fails its stages, not the run
+                seen[f"error.{part.__name__}"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    return seen
+
+
+# --- parent side: judge -------------------------------------------------------------------------
+def _fail(name: str, seen, expected) -> str:
+    return f"{name}: expected {describe(expected)}, got {describe(seen)}"
+
+
+def _judge_advantages(seen: dict) -> list[str]:
+    from reference_impl import combine_rewards, compute_advantages
+
+    problems = []
+    for scale in ("group", "batch", "none"):
+        name = f"advantages.{scale}"
+        rpf, advantages = seen[name]
+        expected = compute_advantages(combine_rewards(rpf, None), G, scale)
+        if not same(advantages, expected, atol=1e-4):
+            problems.append(_fail(name, advantages, expected))
+    return problems
+
+
+def _judge_rewards(seen: dict) -> list[str]:
+    from reference_impl import combine_rewards, compute_advantages
+
+    rpf, advantages = seen["rewards.weighted_with_none"]
+    expected = compute_advantages(combine_rewards(rpf, [1.0, 0.5]), G)
+    nan_matches = torch.isnan(rpf).sum().item() == sum(v is None for v in AUX[: rpf.size(0)])
+    if not nan_matches:
+        return ["rewards: a reward function's None did not become NaN in rewards_per_func"]
+    if not same(advantages, expected, atol=1e-4):
+        return [_fail("rewards.weighted_with_none (advantages)", advantages, expected)]
+    return []
+
+
+def judge_decode_plain(seen: dict) -> list[str]:
+    """A completion without reasoning tags reaches the reward function unchanged."""
+    got = seen["decode.reward_inputs"]
+    bad = [(DECODE_TEXTS[i], got[i]) for i in PLAIN_ROWS if got[i] != DECODE_TEXTS[i]]
+    return [f"decode: plain answer {text!r} reached the reward as {out!r}" for text, out in bad]
+
+
+def judge_decode_reasoning(seen: dict) -> list[str]:
+    """Closed reasoning is stripped to the answer; unclosed reasoning becomes ""."""
+    from reference_impl import strip_reasoning
+
+    got = seen["decode.reward_inputs"]
+    problems = []
+    for i, text in enumerate(DECODE_TEXTS):
+        if i not in PLAIN_ROWS and got[i] != strip_reasoning(text):
+            problems.append(
+                f"decode: {text!r} reached the reward as {got[i]!r}, intended {strip_reasoning(text)!r}"
+            )
+    return problems
+
+
+def _judge_losses(seen: dict, stage: str) -> list[str]:
+    from reference_impl import compute_loss
+
+    problems = []
+    for name, (case_stage, overrides, _, _) in LOSS_CASES.items():
+        if case_stage != stage:
+            continue
+        case = seen[name]
+        logps = case["logps"].clone().requires_grad_(True)
+        config = dict(overrides)
+        kwargs = dict(
+            old_per_token_logps=case["old"],
+            ref_per_token_logps=case["ref"],
+            loss_type=config.pop("loss_type"),
+            max_completion_length=COMPLETION_LENGTH,
+            num_items_in_batch=case["num_items_in_batch"],
+        )
+        if "epsilon_high" in config:
+            kwargs["epsilon_high"] = config.pop("epsilon_high")
+        kwargs.update(config)
+        loss = compute_loss(logps, case["advantages"], case["mask"], **kwargs)
+        (grad,) = torch.autograd.grad(loss, logps)
+        mask = case["mask"].bool()
+        if not same(case["loss"], loss.detach(), atol=1e-5):
+            problems.append(_fail(f"{name} loss", case["loss"], loss.detach()))
+        elif not same(case["grad"][mask], grad[mask], atol=1e-6):
+            problems.append(_fail(f"{name} dL/dlogp", case["grad"][mask], grad[mask]))
+    return problems
+
+
+def _judge_logprobs(seen: dict) -> list[str]:
+    from reference_impl import get_per_token_logps
+    from reference_impl.tiny import load_tiny
+
+    batch = seen["batch"]
+    model, _ = load_tiny(tiny_spec())
+    model.eval()
+    logits_to_keep = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        expected = get_per_token_logps(
+            model, batch["input_ids"], batch["attention_mask"], logits_to_keep, TEMPERATURE
+        )
+    mask = batch["completion_mask"].bool()
+    if not same(batch["logps"][mask], expected[mask], atol=1e-4):
+        return [_fail("logprobs: per-token log-probs", batch["logps"][mask], expected[mask])]
+    return []
+
+
+def _judge_masking(seen: dict) -> list[str]:
+    from reference_impl import completion_mask
+
+    batch = seen["batch"]
+    expected = completion_mask(batch["completion_ids"], batch["eos_token_ids"])
+    if not same(batch["completion_mask"], expected):
+        return [_fail("masking: completion_mask", batch["completion_mask"], expected)]
+    return []
+
+
+def _judge_reference_model(seen: dict) -> list[str]:
+    from reference_impl.tiny import load_tiny
+
+    case = seen["reference_model.after_training"]
+    model, _ = load_tiny(tiny_spec())
+    model.eval()
+    with torch.no_grad():
+        initial = model(input_ids=case["probe_ids"]).logits
+    if same(case["policy_logits"], initial, atol=1e-4):
+        return ["reference_model: the policy did not change in training, nothing to compare"]
+    if not same(case["ref_logits"], initial, atol=1e-4):
+        return [
+            _fail("reference_model: reference logits after training", case["ref_logits"], initial)
+        ]
+    return []
+
+
+JUDGES = {
+    "advantages": _judge_advantages,
+    "rewards": _judge_rewards,
+    "logprobs": _judge_logprobs,
+    "masking": _judge_masking,
+    "reference_model": _judge_reference_model,
+    "ratio": lambda seen: _judge_losses(seen, "ratio"),
+    "clipping": lambda seen: _judge_losses(seen, "clipping"),
+    "kl": lambda seen: _judge_losses(seen, "kl"),
+    "loss_aggregation": lambda seen: _judge_losses(seen, "loss_aggregation"),
+    "decode": judge_decode_plain,
+    "decode_reasoning": judge_decode_reasoning,
+}
+
+
+def judge(seen: dict, check: str) -> list[str]:
+    """Problems found by `check` (a stage, or a decoy rule); empty when it passes."""
+    errors = [f"{k}: {v['error']}" for k, v in seen.items() if k.startswith("error.")]
+    try:
+        return JUDGES[check](seen) or []
+    except KeyError as missing:
+        return errors or [f"{check}: no observation {missing} (the trainer crashed before it)"]
+    except Exception as error:
+        return [f"{check}: could not judge: {type(error).__name__}: {error}"]
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    workspace, out, stages = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    torch.save(observe(workspace, stages), out)
