@@ -107,7 +107,7 @@ def _generate_and_score(
 ) -> tuple[dict, dict]:
     """Run `_generate_and_score_completions` on N = len(rewards_per_func) rows.
 
-    Generation returns `completion_ids` (default: one EOS token per row) and the reward functions
+    Generation returns `completion_ids` (default: one token, then EOS) and the reward functions
     return `rewards_per_func` [N, K] (NaN = a reward function returned None). Returns TRL's output
     dict and TRL's combined `rewards` as the advantage block saw them.
     """
@@ -116,7 +116,10 @@ def _generate_and_score(
     num_rows, num_funcs = rewards_per_func.shape
     eos = list(grpo.eos_token_ids if eos_token_ids is None else eos_token_ids)
     if completion_ids is None:
-        completion_ids = torch.full((num_rows, 1), eos[0], dtype=torch.long)
+        # Not EOS alone: a completion that is only EOS would be empty under a mask that drops EOS,
+        # and the rewards/advantages stages must not depend on the masking stage being right.
+        token = torch.full((num_rows, 1), max(eos) + 1, dtype=torch.long)
+        completion_ids = torch.cat([token, torch.full_like(token, eos[0])], dim=1)
     weights = torch.ones(num_funcs) if reward_weights is None else reward_weights
     # TRL also counts a row whose last id is the pad id as finished (gt:L2488); `generate` never
     # pads a row that has no EOS, so the pad id here is one that occurs nowhere in the rows.
