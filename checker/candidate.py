@@ -1,0 +1,278 @@
+"""What is being checked: resolve a TARGET (parent process) and load it (child process).
+
+`resolve_target` turns the command-line TARGET into a `CandidateSpec` without importing anything
+(so a bad candidate cannot crash the parent): a `.py` file, a dotted module, a YAML file (stage
+protocol section "Candidates with other names or conventions") or TRL (`trl`, or a TRL source tree).
+`load_candidate` runs in the child: it imports the candidate and returns its protocol functions,
+their source locations and the conventions it declares.
+
+The `trl` kind loads `checker.trl_adapter` (another engineer's module) after putting the TRL source
+tree first on `sys.path`. What this loader relies on from the adapter:
+
+- module-level functions named as in the stage protocol (and the extension), each called with the
+  protocol's arguments;
+- optionally a `grpo_check_location = "path/to/grpo_trainer.py:LINE"` attribute on each function,
+  reported as the location of a failure;
+- optionally `CONVENTIONS: dict` (keyword defaults it implements, e.g. {"loss_type": "dapo"});
+- optionally `SUPPORTED: dict`: either {keyword: collection of supported values}
+  (e.g. {"loss_type": {"dapo", "grpo"}}) or {function name: collection of keyword names it takes}.
+  A check that needs anything outside it is skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+PROTOCOL_FUNCTIONS = (
+    "combine_rewards",
+    "compute_advantages",
+    "selective_log_softmax",
+    "completion_logps",
+    "get_per_token_logps",
+    "completion_mask",
+    "per_token_kl",
+    "compute_loss",
+    "strip_reasoning",
+)
+EXTENSION_FUNCTIONS = ("generate_completions", "make_reference_model", "grpo_step")
+ALL_FUNCTIONS = PROTOCOL_FUNCTIONS + EXTENSION_FUNCTIONS
+
+# Keyword defaults of the protocol (TRL 1.16 defaults); a candidate may declare others in `config`.
+PROTOCOL_DEFAULTS: dict[str, object] = {
+    "loss_type": "dapo",
+    "beta": 0.0,
+    "epsilon_low": 0.2,
+    "epsilon_high": None,
+    "delta": None,
+    "importance_sampling_level": "token",
+    "use_bias_correction_kl": True,
+    "max_completion_length": None,
+    "num_items_in_batch": None,
+    "sapo_temperature_pos": 1.0,
+    "sapo_temperature_neg": 1.05,
+    "scale_rewards": "group",
+    "mask_truncated_completions": False,
+    "temperature": 1.0,
+}
+CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
+YAML_KEYS = {"module", "path", "functions", "config", "supported"}
+
+
+class TargetError(Exception):
+    """Nothing can be checked; the message is one line naming the cause (exit status 2)."""
+
+
+@dataclass
+class CandidateSpec:
+    """A resolved TARGET; plain data so it can be sent to the child as JSON."""
+
+    target: str
+    kind: str  # "functions" or "trl"
+    module: str | None = None
+    path: str | None = None
+    renames: dict[str, str] = field(default_factory=dict)
+    config: dict[str, object] = field(default_factory=dict)
+    supported: dict[str, list] = field(default_factory=dict)
+    trl_source: str | None = None
+    cwd: str = field(default_factory=os.getcwd)
+
+
+@dataclass
+class Candidate:
+    """A loaded candidate: its protocol functions and what they implement."""
+
+    spec: CandidateSpec
+    functions: dict[str, object]
+    locations: dict[str, str]
+    config: dict[str, object]  # PROTOCOL_DEFAULTS overlaid with the declared conventions
+    supported: dict[str, list]
+
+
+def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
+    """Decide the kind of TARGET and read its YAML, without importing the candidate."""
+    if kind not in ("auto", "functions", "trl"):
+        raise TargetError(f"unknown --kind {kind!r}; use auto, functions or trl")
+    path = Path(target)
+    is_trl_tree = path.is_dir() and (path / "trl" / "trainer" / "grpo_trainer.py").is_file()
+    if kind == "trl" or (kind == "auto" and (target == "trl" or is_trl_tree)):
+        if target == "trl":
+            return CandidateSpec(target, "trl")
+        if not is_trl_tree:
+            raise TargetError(f"{target}: not a TRL source tree (no trl/trainer/grpo_trainer.py)")
+        return CandidateSpec(target, "trl", trl_source=str(path.resolve()))
+    if target.endswith((".yaml", ".yml")):
+        return _spec_from_yaml(target)
+    if target.endswith(".py"):
+        if not path.is_file():
+            raise TargetError(f"{target}: no such file")
+        return CandidateSpec(target, "functions", path=str(path.resolve()))
+    if path.is_dir():
+        raise TargetError(f"{target}: a folder; give a .py file, a dotted module or a YAML file")
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise TargetError(f"{target}: not a file, a dotted module name or `trl`")
+    return CandidateSpec(target, "functions", module=target)
+
+
+def _spec_from_yaml(target: str) -> CandidateSpec:
+    path = Path(target)
+    if not path.is_file():
+        raise TargetError(f"{target}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise TargetError(f"{target}: malformed YAML{where}") from None
+    if not isinstance(data, dict):
+        raise TargetError(f"{target}: expected a mapping with `module` or `path`")
+    unknown = set(data) - YAML_KEYS
+    if unknown:
+        raise TargetError(
+            f"{target}: unknown key(s) {sorted(unknown)}; allowed {sorted(YAML_KEYS)}"
+        )
+    if ("module" in data) == ("path" in data):
+        raise TargetError(f"{target}: give exactly one of `module` or `path`")
+    renames = data.get("functions") or {}
+    if not isinstance(renames, dict) or not all(isinstance(v, str) for v in renames.values()):
+        raise TargetError(f"{target}: `functions` must map protocol names to attribute names")
+    bad = set(renames) - set(ALL_FUNCTIONS)
+    if bad:
+        raise TargetError(f"{target}: `functions` names unknown protocol function(s) {sorted(bad)}")
+    config = normalise_config(data.get("config") or {}, target)
+    supported = data.get("supported") or {}
+    if not isinstance(supported, dict):
+        raise TargetError(f"{target}: `supported` must be a mapping")
+    spec = CandidateSpec(target, "functions", renames=renames, config=config, supported=supported)
+    if "module" in data:
+        spec.module = str(data["module"])
+    else:
+        file = (path.parent / str(data["path"])).resolve()
+        if not file.is_file():
+            raise TargetError(f"{target}: path {data['path']} does not exist")
+        spec.path = str(file)
+    return spec
+
+
+def normalise_config(config: object, source: str) -> dict[str, object]:
+    """Declared conventions with TRL aliases resolved; unknown keys are a one-line error."""
+    if not isinstance(config, dict):
+        raise TargetError(f"{source}: `config` must be a mapping")
+    result = {}
+    for key, value in config.items():
+        key = CONVENTION_ALIASES.get(key, key)
+        if key not in PROTOCOL_DEFAULTS:
+            raise TargetError(
+                f"{source}: unknown config key {key!r}; known: {sorted(PROTOCOL_DEFAULTS)}"
+            )
+        result[key] = value
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side
+
+
+def load_candidate(spec: CandidateSpec) -> Candidate:
+    """Import the candidate and collect its protocol functions; TargetError if nothing usable."""
+    if spec.kind == "trl":
+        return _load_trl(spec)
+    module = _import_functions_module(spec)
+    functions, locations = {}, {}
+    for name in ALL_FUNCTIONS:
+        attribute = spec.renames.get(name, name)
+        fn = getattr(module, attribute, None)
+        if fn is None:
+            if name in spec.renames:
+                raise TargetError(
+                    f"{spec.target}: maps {name} to {attribute}, which {module.__name__} lacks"
+                )
+            continue
+        if not callable(fn):
+            continue
+        functions[name] = fn
+        locations[name] = source_location(fn, spec.cwd)
+    if not functions:
+        raise TargetError(
+            f"{spec.target}: exposes none of the protocol functions ({', '.join(PROTOCOL_FUNCTIONS)})"
+        )
+    config = {**PROTOCOL_DEFAULTS, **spec.config}
+    return Candidate(spec, functions, locations, config, dict(spec.supported))
+
+
+def _import_functions_module(spec: CandidateSpec):
+    if spec.cwd not in sys.path:
+        sys.path.insert(0, spec.cwd)  # dotted modules are importable from the current directory
+    try:
+        if spec.module:
+            return importlib.import_module(spec.module)
+        path = Path(spec.path)
+        if path.name == "__init__.py":  # a package: import it by its folder name
+            sys.path.insert(0, str(path.parent.parent))
+            return importlib.import_module(path.parent.name)
+        sys.path.insert(0, str(path.parent))  # so that the file's sibling imports work
+        module_spec = importlib.util.spec_from_file_location(f"grpo_candidate_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_spec.name] = module
+        module_spec.loader.exec_module(module)
+        return module
+    except SystemExit as error:
+        raise TargetError(f"{spec.target}: called sys.exit({error.code}) while importing") from None
+    except SyntaxError as error:
+        raise TargetError(
+            f"{spec.target}: syntax error in {Path(error.filename or '?').name}:{error.lineno}: {error.msg}"
+        ) from None
+    except ModuleNotFoundError as error:
+        raise TargetError(f"{spec.target}: cannot import: {error}") from None
+    except BaseException as error:  # noqa: BLE001 - any failure at import is the candidate's
+        raise TargetError(
+            f"{spec.target}: import failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
+
+
+def _load_trl(spec: CandidateSpec) -> Candidate:
+    if spec.trl_source:
+        sys.path.insert(0, spec.trl_source)
+    try:
+        import trl  # noqa: F401 - resolve which TRL is first on the path before the adapter does
+
+        adapter = importlib.import_module("checker.trl_adapter")
+    except BaseException as error:  # noqa: BLE001 - a patched TRL may fail in any way
+        raise TargetError(
+            f"{spec.target}: cannot import TRL or its adapter: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
+    functions, locations = {}, {}
+    for name in ALL_FUNCTIONS:
+        fn = getattr(adapter, name, None)
+        if callable(fn):
+            functions[name] = fn
+            where = getattr(fn, "grpo_check_location", None)
+            locations[name] = str(where) if where else source_location(fn, spec.cwd)
+    if not functions:
+        raise TargetError(f"{spec.target}: the TRL adapter exposes none of the protocol functions")
+    declared = normalise_config(getattr(adapter, "CONVENTIONS", {}) or {}, "checker.trl_adapter")
+    config = {**PROTOCOL_DEFAULTS, **declared}
+    supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
+    return Candidate(spec, functions, locations, config, supported)
+
+
+def source_location(fn: object, cwd: str) -> str | None:
+    """`path:line` of a function's definition, relative to `cwd` when inside it."""
+    try:
+        target = inspect.unwrap(fn)
+        file = inspect.getsourcefile(target)
+        line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        return None
+    if file is None:
+        return None
+    if Path(file).resolve().is_relative_to(Path(cwd).resolve()):
+        file = os.path.relpath(file, cwd)
+    return f"{file}:{line}"

@@ -1,0 +1,54 @@
+"""Probing `compute_loss`: its value and its gradient with respect to the per-token log-probs.
+
+The loss stages share one function, so each probe is chosen to see one stage only (the brief's
+"localisation"): aggregation from on-policy VALUES with negative advantages (the ratio is 1 in
+value, and min(rA, clip(r)A) = rA for A < 0 inside the band, so ratio and clipping bugs mostly
+vanish); the ratio from RATIOS of off-policy to on-policy gradients (the normaliser cancels); the
+clipping from WHICH tokens get zero gradient; the KL with A = 0 (the policy term vanishes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from checker.checks import CandidateError
+from checker.checks.context import Context
+from checker.fixtures import random_logps, unequal_mask
+
+LENGTHS = [6, 3, 5, 2]  # unequal: the loss types differ only when completion lengths differ
+WIDTH = 6
+NEGATIVE_ADVANTAGES = torch.tensor([-0.5, -1.25, -0.8, -2.0])
+
+
+def loss_and_grad(
+    ctx: Context, logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The candidate's loss (detached scalar) and dL/dlogp (zeros if no gradient reaches logp)."""
+    leaf = logps.detach().clone().requires_grad_(True)
+    loss = ctx.call("compute_loss", leaf, advantages, mask, shape=(), **kwargs)
+    if not loss.is_floating_point():
+        raise CandidateError(f"compute_loss returned a {loss.dtype} tensor", "compute_loss")
+    if loss.requires_grad:
+        (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+        grad = torch.zeros_like(leaf) if grad is None else grad
+    else:
+        grad = torch.zeros_like(leaf)
+    return loss.detach().double(), grad.detach().double()
+
+
+def batch(ctx: Context, lengths: list[int] = LENGTHS, width: int = WIDTH):
+    """Random log-probs and an unequal-length mask."""
+    mask = unequal_mask(lengths, width)
+    return random_logps(ctx.gen, len(lengths), width), mask
+
+
+def gradient_ratio(
+    seen: torch.Tensor, base: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """seen / base on unmasked tokens (NaN where base is 0), and the boolean selection."""
+    keep = mask.bool()
+    base_kept = base[keep]
+    ratio = torch.where(
+        base_kept != 0, seen[keep] / base_kept.where(base_kept != 0, 1.0), torch.nan
+    )
+    return ratio, keep

@@ -1,0 +1,239 @@
+"""Stage `clipping`: which tokens the clipped surrogate (and its variants) stops, inside `compute_loss`.
+
+Rules (TRL 1.16 gt:L3108-3124, facts section 8): -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+gives zero gradient exactly where A > 0 and r > 1 + eps_high, or A < 0 and r < 1 - eps_low; `delta`
+caps the unclipped r (zero gradient where A < 0 and r > delta); cispo weights the policy gradient by
+sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by the sign of A.
+These checks look only at WHICH tokens get zero gradient, or at gradient ratios, so the loss
+normaliser cancels; they rely on the ratio being right (depends_on ratio).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from checker.checks import CheckFailure, check
+from checker.checks._loss import gradient_ratio, loss_and_grad
+from checker.checks.context import Context, assert_close
+from checker.fixtures import random_logps
+
+RATIOS = [0.5, 0.75, 0.9, 1.1, 1.25, 1.4]
+EPS_LOW, EPS_HIGH = 0.2, 0.28
+
+
+def _off_policy(ctx: Context, ratios: list[float], advantages: list[float]):
+    """Log-probs and old log-probs whose token ratios are `ratios` on every row."""
+    rows, width = len(advantages), len(ratios)
+    logps = random_logps(ctx.gen, rows, width)
+    old = logps - torch.tensor(ratios).log().expand(rows, -1)
+    mask = torch.ones(rows, width, dtype=torch.int)
+    return logps, old, mask, torch.tensor(advantages)
+
+
+def _zero_pattern_failure(seen: torch.Tensor, expected: torch.Tensor, causes: dict) -> None:
+    if torch.equal(seen, expected):
+        return
+    cause = next((c for c, pattern in causes.items() if torch.equal(seen, pattern)), "")
+    raise CheckFailure(
+        f"zero gradient on {int(expected.sum())} tokens {_where(expected)}",
+        f"zero gradient on {int(seen.sum())} tokens {_where(seen)}",
+        cause,
+    )
+
+
+def _where(pattern: torch.Tensor) -> str:
+    cells = [f"(A{'+' if a == 0 else '-'},r={RATIOS[t]})" for a, t in pattern.nonzero().tolist()]
+    return "[" + " ".join(cells[:8]) + (" ..." if len(cells) > 8 else "") + "]"
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def zero_gradient_outside_band(ctx: Context) -> None:
+    """Token level, eps_low 0.2, eps_high 0.28: zero gradient iff (A > 0, r > 1.28) or (A < 0, r < 0.8)."""
+    logps, old, mask, advantages = _off_policy(ctx, RATIOS, [1.0, -1.0])
+    _, grad = loss_and_grad(
+        ctx,
+        logps,
+        advantages,
+        mask,
+        old_per_token_logps=old,
+        loss_type=ctx.clipped_loss_type(),
+        importance_sampling_level="token",
+        epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        delta=None,
+    )
+    r = torch.tensor(RATIOS).expand(2, -1)
+    positive = torch.tensor([True, False]).unsqueeze(1).expand_as(r)
+    negative = ~positive
+
+    def pattern(high_pos, low_neg, low_pos=None, high_neg=None):
+        zero = (positive & (r > high_pos)) | (negative & (r < low_neg))
+        if low_pos is not None:
+            zero = zero | (positive & (r < low_pos))
+        if high_neg is not None:
+            zero = zero | (negative & (r > high_neg))
+        return zero
+
+    expected = pattern(1 + EPS_HIGH, 1 - EPS_LOW)
+    seen = grad == 0
+    _zero_pattern_failure(
+        seen,
+        expected,
+        {
+            "epsilon_high is ignored: the upper bound is 1 + epsilon_low": pattern(
+                1 + EPS_LOW, 1 - EPS_LOW
+            ),
+            "no clipping at all: the unclipped term is used everywhere": torch.zeros_like(expected),
+            "max instead of min in -min(r A, clip(r) A)": (positive & (r < 1 - EPS_LOW))
+            | (negative & (r > 1 + EPS_HIGH)),
+            "the clip bounds are swapped (clamp(r, 1 + eps_high, 1 - eps_low))": (
+                positive & (r > 1 - EPS_LOW)
+            )
+            | (negative & (r < 1 - EPS_LOW)),
+            "the clip bounds use the wrong sides (1 - eps_high, 1 + eps_low)": pattern(
+                1 + EPS_LOW, 1 - EPS_HIGH
+            ),
+            "clipping applies to both signs of A (|r - 1| > eps zeroes every token)": (
+                r > 1 + EPS_HIGH
+            )
+            | (r < 1 - EPS_LOW),
+        },
+    )
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def delta_caps_unclipped_ratio(ctx: Context) -> None:
+    """With delta = 1.6 (two-sided clipping), A < 0 tokens with r > delta get zero gradient, those with 1.2 < r < delta do not."""
+    ratios = [0.5, 0.9, 1.3, 1.5, 2.0, 3.0]
+    logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
+    _, grad = loss_and_grad(
+        ctx,
+        logps,
+        advantages,
+        mask,
+        old_per_token_logps=old,
+        loss_type=ctx.clipped_loss_type(),
+        importance_sampling_level="token",
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        delta=1.6,
+    )
+    r = torch.tensor(ratios).expand(2, -1)
+    positive = torch.tensor([True, False]).unsqueeze(1).expand_as(r)
+    expected = (positive & (r > 1.2)) | (~positive & ((r < 0.8) | (r > 1.6)))
+    seen = grad == 0
+    if not torch.equal(seen, expected):
+        cause = ""
+        if torch.equal(seen, (positive & (r > 1.2)) | (~positive & (r < 0.8))):
+            cause = "delta is ignored, or applied to the clipped term instead of the unclipped r"
+        raise CheckFailure(
+            f"zero gradient at (A, r) {_pairs(expected, ratios)}",
+            f"zero gradient at {_pairs(seen, ratios)}",
+            cause,
+        )
+
+
+def _pairs(pattern: torch.Tensor, ratios: list[float]) -> str:
+    return (
+        "["
+        + " ".join(
+            f"(A{'+' if a == 0 else '-'},r={ratios[t]})" for a, t in pattern.nonzero().tolist()
+        )
+        + "]"
+    )
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def sequence_level_clips_whole_rows(ctx: Context) -> None:
+    """Sequence level: a row with r = 1.5 and A > 0, or r = 0.6 and A < 0, gets zero gradient on all its tokens; the opposite signs do not."""
+    rows = [(1.5, 1.0), (1.5, -1.0), (0.6, -1.0), (0.6, 1.0)]
+    logps = random_logps(ctx.gen, 4, 5)
+    old = logps - torch.tensor([math.log(r) for r, _ in rows]).unsqueeze(1)
+    mask = torch.ones(4, 5, dtype=torch.int)
+    advantages = torch.tensor([a for _, a in rows])
+    _, grad = loss_and_grad(
+        ctx,
+        logps,
+        advantages,
+        mask,
+        old_per_token_logps=old,
+        loss_type=ctx.clipped_loss_type(),
+        importance_sampling_level="sequence",
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        delta=None,
+    )
+    zero_rows = (grad == 0).all(1)
+    expected = torch.tensor([True, False, True, False])
+    if not torch.equal(zero_rows, expected):
+        raise CheckFailure(
+            "rows (r, A) (1.5, +) and (0.6, -) fully clipped, (1.5, -) and (0.6, +) not",
+            f"fully clipped rows {zero_rows.tolist()}",
+            "the sequence ratio is not the one clipped, or the clip ignores the sign of A",
+        )
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
+    """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (the cap is eps_high itself, not 1 + eps_high)."""
+    ratios = [0.5, 1.5, 4.0, 5.5, 8.0]
+    logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
+    options = {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}
+    _, grad_on = loss_and_grad(ctx, logps, advantages, mask, **options)
+    _, grad_off = loss_and_grad(ctx, logps, advantages, mask, old_per_token_logps=old, **options)
+    ratio, keep = gradient_ratio(grad_off, grad_on, mask)
+    r = torch.tensor(ratios, dtype=torch.float64).expand(2, -1)[keep]
+    assert_close(
+        ratio,
+        r.clamp(max=5.0),
+        atol=1e-6,
+        rtol=1e-4,
+        what="cispo weights min(r, 5)",
+        causes={
+            "the cispo cap is 1 + epsilon_high, not epsilon_high (MiniMax-M1; gt:L3110)": r.clamp(
+                max=6.0
+            ),
+            "the cispo weight is not capped": r,
+            "the cispo cap is 1 + epsilon_low": r.clamp(max=1.2),
+        },
+    )
+
+
+def _sigmoid_slope(x: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return s * (1 - s)
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def sapo_soft_gate(ctx: Context) -> None:
+    """sapo: (off-policy / on-policy gradient) = 4 sigma'(tau (r - 1)) r, tau = 1.0 where A > 0 and 1.05 where A < 0."""
+    ratios = [0.6, 0.9, 1.2, 1.6, 2.5]
+    logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
+    options = {
+        "loss_type": "sapo",
+        "importance_sampling_level": "token",
+        "sapo_temperature_pos": 1.0,
+        "sapo_temperature_neg": 1.05,
+    }
+    _, grad_on = loss_and_grad(ctx, logps, advantages, mask, **options)
+    _, grad_off = loss_and_grad(ctx, logps, advantages, mask, old_per_token_logps=old, **options)
+    ratio, keep = gradient_ratio(grad_off, grad_on, mask)
+    r = torch.tensor(ratios, dtype=torch.float64).expand(2, -1)
+
+    def gate(tau_pos, tau_neg):
+        tau = torch.tensor([tau_pos, tau_neg], dtype=torch.float64).unsqueeze(1)
+        return (4 * _sigmoid_slope(tau * (r - 1)) * r)[keep]
+
+    assert_close(
+        ratio,
+        gate(1.0, 1.05),
+        atol=1e-6,
+        rtol=1e-4,
+        what="sapo gates",
+        causes={
+            "the sapo temperatures are swapped (tau_neg used where A > 0)": gate(1.05, 1.0),
+            "one sapo temperature is used for both signs of A": gate(1.0, 1.0),
+        },
+    )

@@ -1,0 +1,247 @@
+"""Stage `kl`: the k3 penalty towards the reference policy, alone and inside `compute_loss`.
+
+Rule (TRL 1.16 gt:L3101-3105, facts section 7): with d = ref - logp, k3 = exp(d) - d - 1 >= 0,
+0 with zero gradient when logp = ref (the reverse KL(pi_theta || pi_ref)); in the loss
+`+ beta * k3` per token before aggregation, times the UNCLIPPED ratio r when
+`use_bias_correction_kl`. Inside the loss it is probed with A = 0 (the policy term vanishes) and a
+constant d on every token, divided by the loss of A = -1 (the normaliser cancels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import reference_impl
+from checker.checks import CheckFailure, Skip, check
+from checker.checks._loss import batch, loss_and_grad
+from checker.checks.context import Context, assert_close, fmt
+
+BETA = 0.1
+
+
+def _k3(d: torch.Tensor | float) -> torch.Tensor:
+    d = torch.as_tensor(d, dtype=torch.float64)
+    return d.exp() - d - 1
+
+
+def _kl(ctx: Context, logps: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    return ctx.call("per_token_kl", logps, ref, shape=logps.shape)
+
+
+@check("kl", "per_token_kl")
+def per_token_kl_matches_reference(ctx: Context) -> None:
+    """per_token_kl is Schulman's k3 of KL(pi_theta || pi_ref): exp(ref - logp) - (ref - logp) - 1."""
+    logps = -ctx.rand(4, 6) * 3
+    ref = -ctx.rand(4, 6) * 3
+    seen = _kl(ctx, logps, ref).detach().double()
+    d = (ref - logps).double()
+    assert_close(
+        seen,
+        _k3(d),
+        atol=1e-6,
+        rtol=1e-5,
+        what="k3 values",
+        causes={
+            "the KL direction is swapped: d = logp - ref, not ref - logp": _k3(-d),
+            "the KL sign is flipped (KL would be maximised)": -_k3(d),
+            "this is the k1 estimator logp - ref, not k3": -d,
+            "this is the k2 estimator (logp - ref)^2 / 2, not k3": d**2 / 2,
+        },
+    )
+
+
+@check("kl", "per_token_kl")
+def per_token_kl_zero_at_reference(ctx: Context) -> None:
+    """KL(p, p) = 0 with zero gradient, and k3 >= 0 everywhere."""
+    logps = (-ctx.rand(3, 5) * 3).requires_grad_(True)
+    same = _kl(ctx, logps, logps.detach().clone())
+    grad = (
+        torch.autograd.grad(same.sum(), logps, allow_unused=True)[0] if same.requires_grad else None
+    )
+    if same.detach().abs().max() > 1e-6 or (grad is not None and grad.abs().max() > 1e-6):
+        raise CheckFailure(
+            "k3(p, p) = 0 with zero gradient",
+            f"values {fmt(same)}, gradient {fmt(grad) if grad is not None else 'none'}",
+            "this is not the k3 estimator (k3 and its gradient vanish at pi = pi_ref)",
+        )
+    other = _kl(ctx, logps.detach(), -ctx.rand(3, 5) * 3).detach()
+    if (other < -1e-7).any():
+        raise CheckFailure("k3 >= 0", f"min {fmt(float(other.min()))}", "the KL sign is flipped")
+
+
+def _normaliser(ctx: Context, logps, mask, loss_type) -> torch.Tensor:
+    """The loss of A = -1 on policy with beta = 0: the sum of the aggregation weights."""
+    value, _ = loss_and_grad(
+        ctx, logps, -torch.ones(mask.size(0)), mask, loss_type=loss_type, beta=0.0
+    )
+    if value.abs() < 1e-12:
+        raise CheckFailure(
+            "a nonzero loss for A = -1",
+            fmt(value),
+            "the policy term vanishes, so the KL term cannot be measured against it",
+        )
+    return value
+
+
+@check("kl", "compute_loss", depends_on=("loss_aggregation",))
+def loss_adds_beta_times_k3(ctx: Context) -> None:
+    """With A = 0 and ref - logp = d on every token, loss / (loss of A = -1) = beta * k3(d), for d = +-0.4."""
+    logps, mask = batch(ctx)
+    loss_type = ctx.clipped_loss_type()
+    norm = _normaliser(ctx, logps, mask, loss_type)
+    for d in (0.4, -0.4):
+        value, _ = loss_and_grad(
+            ctx,
+            logps,
+            torch.zeros(mask.size(0)),
+            mask,
+            ref_per_token_logps=logps + d,
+            loss_type=loss_type,
+            beta=BETA,
+        )
+        seen = (value / norm).reshape(1)
+        expected = BETA * _k3(d).reshape(1)
+        assert_close(
+            seen,
+            expected,
+            atol=1e-7,
+            rtol=1e-4,
+            what=f"loss per unit weight at d = {d}",
+            causes={
+                "the KL direction is swapped: d = logp - ref, not ref - logp": BETA
+                * _k3(-d).reshape(1),
+                "the KL term is subtracted: the loss maximises KL (bug catalog B45)": -BETA
+                * _k3(d).reshape(1),
+                "the KL term is not multiplied by beta": _k3(d).reshape(1),
+                "the KL term is missing from the loss": torch.zeros(1, dtype=torch.float64),
+            },
+        )
+
+
+@check("kl", "compute_loss", depends_on=("ratio",))
+def loss_kl_gradient(ctx: Context) -> None:
+    """On policy, A = 0, constant d: dL/dlogp / (dL/dlogp of A = -1) = beta (1 - e^d + k3(d) [bias correction])."""
+    logps, mask = batch(ctx)
+    loss_type = ctx.clipped_loss_type()
+    _, weights = loss_and_grad(ctx, logps, -torch.ones(mask.size(0)), mask, loss_type=loss_type)
+    keep = mask.bool() & (weights != 0)
+    if not keep.any():
+        raise CheckFailure(
+            "a policy gradient for A = -1", "zero gradient", "no gradient reaches logp"
+        )
+    settings = [ctx.config["use_bias_correction_kl"], not ctx.config["use_bias_correction_kl"]]
+    for index, correction in enumerate(settings):
+        d = 0.4
+        try:
+            _, grad = loss_and_grad(
+                ctx,
+                logps,
+                torch.zeros(mask.size(0)),
+                mask,
+                ref_per_token_logps=logps + d,
+                loss_type=loss_type,
+                beta=BETA,
+                use_bias_correction_kl=correction,
+            )
+        except Skip:
+            if index == 0:
+                raise
+            continue
+        seen = grad[keep] / weights[keep]
+        plain = BETA * (1 - math.exp(d))
+        corrected = plain + BETA * float(_k3(d))
+        expected = torch.full_like(seen, corrected if correction else plain)
+        other = torch.full_like(seen, plain if correction else corrected)
+        flag = "True" if correction else "False"
+        assert_close(
+            seen,
+            expected,
+            atol=1e-7,
+            rtol=1e-4,
+            what=f"KL gradient per unit weight (use_bias_correction_kl={flag})",
+            causes={
+                f"use_bias_correction_kl={flag} is not honoured (the KL is {'not ' if correction else ''}multiplied by the ratio)": other,
+                "the KL term has no gradient (computed under no_grad or detached; bug catalog B46)": torch.zeros_like(
+                    seen
+                ),
+                "the KL gradient has the wrong sign (KL maximised)": -expected,
+            },
+        )
+
+
+@check("kl", "compute_loss", depends_on=("ratio",))
+def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
+    """With use_bias_correction_kl and r = 1.5 or 0.6 (outside the band), the KL term is beta * k3 * r with the UNCLIPPED r."""
+    logps, mask = batch(ctx)
+    loss_type = ctx.clipped_loss_type()
+    norm = _normaliser(ctx, logps, mask, loss_type)
+    for r in (1.5, 0.6):
+        value, _ = loss_and_grad(
+            ctx,
+            logps,
+            torch.zeros(mask.size(0)),
+            mask,
+            old_per_token_logps=logps - math.log(r),
+            ref_per_token_logps=logps + 0.4,
+            loss_type=loss_type,
+            beta=BETA,
+            use_bias_correction_kl=True,
+            importance_sampling_level="token",
+            epsilon_low=0.2,
+            epsilon_high=0.2,
+            delta=None,
+        )
+        k3 = float(_k3(0.4))
+        seen = (value / norm).reshape(1)
+        clipped = min(max(r, 0.8), 1.2)
+        assert_close(
+            seen,
+            torch.tensor([BETA * k3 * r], dtype=torch.float64),
+            atol=1e-7,
+            rtol=1e-4,
+            what=f"KL per unit weight at r = {r}",
+            causes={
+                "the bias correction uses the clipped ratio; TRL multiplies by the unclipped r (gt:L3104)": torch.tensor(
+                    [BETA * k3 * clipped], dtype=torch.float64
+                ),
+                "the KL is not multiplied by the ratio (bias correction off)": torch.tensor(
+                    [BETA * k3], dtype=torch.float64
+                ),
+            },
+        )
+
+
+@check("kl", "compute_loss", depends_on=("ratio",))
+def sgd_step_reduces_kl(ctx: Context) -> None:
+    """With A = 0 and beta > 0, one small SGD step on the loss moves every unmasked log-prob towards the reference (T14)."""
+    logps, mask = batch(ctx)
+    ref = logps + (ctx.rand(*logps.shape) - 0.5)
+    _, grad = loss_and_grad(
+        ctx,
+        logps,
+        torch.zeros(mask.size(0)),
+        mask,
+        ref_per_token_logps=ref,
+        loss_type=ctx.clipped_loss_type(),
+        beta=0.5,
+    )
+    keep = mask.bool()
+    scale = float(grad[keep].abs().max()) if keep.any() else 0.0
+    if scale == 0.0:
+        raise CheckFailure(
+            "a gradient pulling logp towards ref",
+            "zero gradient",
+            "the KL term has no gradient (computed under no_grad or detached; bug catalog B46)",
+        )
+    stepped = logps.double() - 0.01 * grad / scale
+    before = reference_impl.per_token_kl(logps.double(), ref.double())[keep]
+    after = reference_impl.per_token_kl(stepped, ref.double())[keep]
+    worse = after > before
+    if worse.any():
+        raise CheckFailure(
+            "KL to decrease on every token after one SGD step",
+            f"it grew on {int(worse.sum())} of {int(keep.sum())} tokens",
+            "the KL term pushes away from the reference: its sign or direction is wrong (B45)",
+        )

@@ -1,0 +1,216 @@
+"""Stage `logprobs`: log pi(token | prefix) at the sampling temperature.
+
+Rule (facts section 5.3, TRL #3029): logp[:, j] = log_softmax(logits[:, L - T - 1 + j] / T)[x[L - T + j]]
+in fp32; every value <= 0; compared only where the completion mask is 1; padding never changes
+the unmasked values.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import reference_impl
+from checker import fixtures
+from checker.checks import CheckFailure, check
+from checker.checks.context import Context, assert_close, fmt
+
+TEMPERATURE = 0.7
+ATOL = 1e-5  # facts 13.4: a missing /T moves log-probs by >= 1
+
+
+def _shifted_logps(logits, input_ids, mask, temperature, shift):
+    """completion_logps with the logits taken `shift` positions later (shift 1 = no logit shift)."""
+    T, L = mask.size(1), input_ids.size(1)
+    start = L - T - 1 + shift
+    picked = logits[:, start : start + T]
+    if picked.size(1) < T:  # the shifted window runs off the end: pad with the last logits
+        picked = torch.cat([picked, logits[:, -1:].expand(-1, T - picked.size(1), -1)], dim=1)
+    tokens = input_ids[:, L - T :]
+    return reference_impl.selective_log_softmax(picked, tokens, temperature) * mask
+
+
+def _logprob_causes(logits, input_ids, mask, temperature) -> dict[str, torch.Tensor]:
+    causes = {
+        "the logits are not divided by the temperature (TRL #3029)": _shifted_logps(
+            logits, input_ids, mask, 1.0, 0
+        ),
+        "the logits are multiplied by the temperature instead of divided": _shifted_logps(
+            logits, input_ids, mask, 1 / temperature, 0
+        ),
+        "off by one: the logits at position j score token j, not token j + 1": _shifted_logps(
+            logits, input_ids, mask, temperature, 1
+        ),
+        "off by one: the logits are shifted one position too far": _shifted_logps(
+            logits, input_ids, mask, temperature, -1
+        ),
+    }
+    expected = _shifted_logps(logits, input_ids, mask, temperature, 0)
+    causes["log-probs are positive: the log-softmax sign looks flipped"] = -expected
+    return causes
+
+
+@check("logprobs", "selective_log_softmax")
+def selective_log_softmax_matches_reference(ctx: Context) -> None:
+    """selective_log_softmax equals log_softmax(logits / T) gathered at index (T = 1 and T = 0.7)."""
+    logits = ctx.randn(3, 5, 11) * 3
+    index = ctx.randint(0, 11, (3, 5))
+    for temperature in (1.0, TEMPERATURE):
+        seen = ctx.call(
+            "selective_log_softmax", logits, index, temperature=temperature, shape=index.shape
+        )
+        expected = reference_impl.selective_log_softmax(logits, index, temperature)
+        assert_close(
+            seen.float(),
+            expected,
+            atol=ATOL,
+            what=f"log-probs at T={temperature}",
+            causes={
+                "the logits are not divided by the temperature (TRL #3029)": reference_impl.selective_log_softmax(
+                    logits, index, 1.0
+                ),
+                "log-probs are positive: the log-softmax sign looks flipped": -expected,
+                "the values are probabilities (softmax), not log-probabilities": expected.exp(),
+            },
+        )
+
+
+@check("logprobs", "selective_log_softmax")
+def selective_log_softmax_is_nonpositive(ctx: Context) -> None:
+    """Every log-probability is <= 0 and finite, even for large logits."""
+    logits = ctx.randn(4, 9) * 40
+    index = ctx.randint(0, 9, (4,))
+    seen = ctx.call("selective_log_softmax", logits, index, shape=index.shape).float()
+    if not torch.isfinite(seen).all() or (seen > 1e-6).any():
+        cause = (
+            "log-probs are positive: the log-softmax sign looks flipped"
+            if (seen > 1e-6).any()
+            else "overflow: use logsumexp, not log(sum(exp))"
+        )
+        raise CheckFailure("finite values <= 0", fmt(seen), cause)
+
+
+def _completion_inputs(ctx: Context):
+    lengths = [5, 2, 4, 1]
+    mask = fixtures.unequal_mask(lengths, 5)
+    input_ids = ctx.randint(0, 13, (4, 9))
+    logits = ctx.randn(4, 9, 13) * 2
+    return logits, input_ids, mask
+
+
+@check("logprobs", "completion_logps")
+def completion_logps_matches_reference(ctx: Context) -> None:
+    """completion_logps scores completion token j with the logits at L - T - 1 + j, divided by T (T = 0.7)."""
+    logits, input_ids, mask = _completion_inputs(ctx)
+    seen = ctx.call(
+        "completion_logps", logits, input_ids, mask, temperature=TEMPERATURE, shape=mask.shape
+    ).float()
+    expected = reference_impl.completion_logps(logits, input_ids, mask, TEMPERATURE)
+    causes = _logprob_causes(logits, input_ids, mask, TEMPERATURE)
+    keep = mask.bool()
+    assert_close(
+        seen[keep],
+        expected[keep],
+        atol=ATOL,
+        what="log-probs on unmasked tokens",
+        causes={k: v[keep] for k, v in causes.items()},
+    )
+
+
+@check("logprobs", "completion_logps")
+def completion_logps_are_nonpositive(ctx: Context) -> None:
+    """Unmasked completion log-probs are finite and <= 0."""
+    logits, input_ids, mask = _completion_inputs(ctx)
+    seen = ctx.call("completion_logps", logits * 10, input_ids, mask, shape=mask.shape).float()
+    values = seen[mask.bool()]
+    if not torch.isfinite(values).all() or (values > 1e-6).any():
+        raise CheckFailure(
+            "finite values <= 0",
+            fmt(values),
+            "log-probs are positive: the log-softmax sign looks flipped"
+            if (values > 1e-6).any()
+            else "non-finite log-probs",
+        )
+
+
+def _model_batch(ctx: Context):
+    input_ids, attention_mask, mask, width = fixtures.scoring_batch(
+        ctx.gen, completion_lengths=[6, 2, 4, 1], prompt_lengths=[3, 5, 2, 4]
+    )
+    return input_ids, attention_mask, mask, width
+
+
+@check("logprobs", "get_per_token_logps", heavy=True)
+def model_logps_match_reference(ctx: Context) -> None:
+    """get_per_token_logps on the tiny Qwen2 (left-padded prompts, T = 0.7) equals an independent forward."""
+    model = fixtures.tiny_model()
+    input_ids, attention_mask, mask, width = _model_batch(ctx)
+    seen = ctx.call(
+        "get_per_token_logps",
+        model,
+        input_ids,
+        attention_mask,
+        width,
+        temperature=TEMPERATURE,
+        shape=mask.shape,
+    ).float()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+    expected = reference_impl.completion_logps(logits, input_ids, mask, TEMPERATURE)
+    causes = _logprob_causes(logits, input_ids, mask, TEMPERATURE)
+    keep = mask.bool()
+    assert_close(
+        seen.detach()[keep],
+        expected[keep],
+        atol=ATOL,
+        what="log-probs on unmasked tokens",
+        causes={k: v[keep] for k, v in causes.items()},
+    )
+
+
+@check("logprobs", "get_per_token_logps", heavy=True)
+def padding_does_not_change_logps(ctx: Context) -> None:
+    """The same row scored alone, with 3 extra left pads and 2 extra right pads, has the same log-probs."""
+    model = fixtures.tiny_model()
+    input_ids, attention_mask, mask, width = fixtures.scoring_batch(
+        ctx.gen, completion_lengths=[4], prompt_lengths=[3]
+    )
+    seen_alone = ctx.call(
+        "get_per_token_logps", model, input_ids, attention_mask, width, shape=(1, width)
+    )
+    padded_ids = torch.cat(
+        [torch.full((1, 3), fixtures.PAD_ID), input_ids, torch.full((1, 2), fixtures.PAD_ID)], 1
+    )
+    padded_mask = torch.cat(
+        [torch.zeros(1, 3, dtype=torch.long), attention_mask, torch.zeros(1, 2, dtype=torch.long)],
+        1,
+    )
+    seen_padded = ctx.call(
+        "get_per_token_logps", model, padded_ids, padded_mask, width + 2, shape=(1, width + 2)
+    )
+    assert_close(
+        seen_padded.detach().float()[:, :width],
+        seen_alone.detach().float(),
+        atol=ATOL,
+        what="log-probs of the unpadded row",
+        fallback_cause="padding changes the log-probs: is the attention mask passed to the model?",
+    )
+
+
+@check("logprobs", "get_per_token_logps", heavy=True)
+def scoring_is_deterministic(ctx: Context) -> None:
+    """Two scoring passes of the same batch in train mode are bitwise equal (no dropout, no sampling)."""
+    model = fixtures.tiny_model()
+    input_ids, attention_mask, mask, width = _model_batch(ctx)
+    first = ctx.call(
+        "get_per_token_logps", model, input_ids, attention_mask, width, shape=mask.shape
+    )
+    second = ctx.call(
+        "get_per_token_logps", model, input_ids, attention_mask, width, shape=mask.shape
+    )
+    keep = mask.bool()
+    if not torch.equal(first.detach()[keep], second.detach()[keep]):
+        raise CheckFailure(
+            "identical log-probs",
+            f"max diff {fmt(float((first - second).detach()[keep].abs().max()))}",
+            "scoring is stochastic: dropout on, or sampling noise (bug catalog B31, T10)",
+        )

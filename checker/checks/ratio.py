@@ -1,0 +1,149 @@
+"""Stage `ratio`: the importance ratio pi_theta / pi_old inside `compute_loss`.
+
+Rule (TRL 1.16 gt:L3084-3095, GSPO arXiv:2507.18071): token level r_t = exp(logp_t - old_t);
+sequence level r = exp(masked mean_t(logp_t - old_t)); on policy (old=None) old = logp.detach(),
+so r is exactly 1 in value and its gradient still flows. Probed through ratios of gradients
+(off-policy / on-policy) inside the clip band with A < 0, where the normaliser cancels.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from checker.checks import CheckFailure, check
+from checker.checks._loss import NEGATIVE_ADVANTAGES, batch, gradient_ratio, loss_and_grad
+from checker.checks.context import Context, assert_close, fmt
+
+IN_BAND = 0.12  # |logp - old| < 0.12 keeps r in (0.89, 1.13): inside the default band [0.8, 1.2]
+
+
+@check("ratio", "compute_loss")
+def on_policy_ratio_is_one(ctx: Context) -> None:
+    """old=None equals old=logp.detach() (ratio 1 in value), in loss value and gradient."""
+    logps, mask = batch(ctx)
+    kind = {"loss_type": ctx.clipped_loss_type(), "importance_sampling_level": "token"}
+    value_none, grad_none = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kind)
+    value_old, grad_old = loss_and_grad(
+        ctx, logps, NEGATIVE_ADVANTAGES, mask, old_per_token_logps=logps.detach().clone(), **kind
+    )
+    assert_close(
+        torch.stack([value_none]),
+        torch.stack([value_old]),
+        atol=1e-6,
+        rtol=1e-6,
+        what="the on-policy loss (old=None) equal to old=logp.detach()",
+        fallback_cause="with old=None the ratio is not exp(logp - logp.detach()) = 1",
+    )
+    assert_close(
+        grad_none,
+        grad_old,
+        atol=1e-7,
+        rtol=1e-5,
+        what="the same gradient for old=None and old=logp.detach()",
+        fallback_cause="the on-policy ratio does not carry the policy gradient like exp(logp - sg(logp))",
+    )
+
+
+@check("ratio", "compute_loss")
+def on_policy_gradient_flows(ctx: Context) -> None:
+    """On policy the ratio is 1 in value but its gradient flows: dL/dlogp != 0 on every unmasked token."""
+    logps, mask = batch(ctx)
+    kind = {"loss_type": ctx.clipped_loss_type(), "importance_sampling_level": "token"}
+    _, grad = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kind)
+    dead = (grad == 0) & mask.bool()
+    if dead.any():
+        raise CheckFailure(
+            "a nonzero gradient on every unmasked token",
+            f"zero gradient on {int(dead.sum())} of {int(mask.sum())} tokens",
+            "the ratio is detached (or a constant 1): exp(logp - logp.detach()) keeps the gradient",
+        )
+
+
+def _token_ratio_probe(ctx: Context, level: str):
+    logps, mask = batch(ctx)
+    shift = (ctx.rand(*logps.shape) * 2 - 1) * IN_BAND
+    old = logps - shift
+    kind = {"loss_type": ctx.clipped_loss_type(), "importance_sampling_level": level}
+    _, grad_on = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kind)
+    _, grad_off = loss_and_grad(
+        ctx, logps, NEGATIVE_ADVANTAGES, mask, old_per_token_logps=old, **kind
+    )
+    ratio, keep = gradient_ratio(grad_off, grad_on, mask)
+    return ratio, keep, shift.double(), mask.double()
+
+
+@check("ratio", "compute_loss")
+def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
+    """Token level, inside the band: (off-policy gradient) / (on-policy gradient) = exp(logp - old) per token."""
+    ratio, keep, shift, _ = _token_ratio_probe(ctx, "token")
+    expected = shift.exp()[keep]
+    assert_close(
+        ratio,
+        expected,
+        atol=1e-6,
+        rtol=1e-4,
+        what="per-token ratios",
+        causes={
+            "the ratio looks inverted: exp(old - logp), not exp(logp - old)": (-shift).exp()[keep],
+            "the ratio ignores old_per_token_logps (it is always 1)": torch.ones_like(expected),
+            "the ratio is logp - old without the exp": 1 + shift[keep],
+        },
+    )
+
+
+@check("ratio", "compute_loss")
+def sequence_ratio_is_geometric_mean(ctx: Context) -> None:
+    """Sequence level (GSPO): every token of a row gets r = exp(masked mean of logp - old) over the row."""
+    ratio, keep, shift, mask = _token_ratio_probe(ctx, "sequence")
+    count = mask.sum(1, keepdim=True).clamp(min=1)
+    row_mean = ((shift * mask).sum(1, keepdim=True) / count).expand_as(shift)
+    expected = row_mean.exp()[keep]
+    row_sum = (shift * mask).sum(1, keepdim=True).expand_as(shift)
+    all_mean = ((shift * mask).sum(1, keepdim=True) / shift.size(1)).expand_as(shift)
+    raw_mean = shift.mean(1, keepdim=True).expand_as(shift)
+    assert_close(
+        ratio,
+        expected,
+        atol=1e-6,
+        rtol=1e-4,
+        what="per-row ratios",
+        causes={
+            "the sequence log-ratio is a sum, not a mean over the row's tokens": row_sum.exp()[
+                keep
+            ],
+            "the sequence log-ratio is divided by T, not by the row's token count": all_mean.exp()[
+                keep
+            ],
+            "the sequence log-ratio averages masked tokens too": raw_mean.exp()[keep],
+            "the ratio is per token: importance_sampling_level='sequence' is ignored": shift.exp()[
+                keep
+            ],
+        },
+    )
+
+
+@check("ratio", "compute_loss", depends_on=("clipping", "loss_aggregation"))
+def sgd_step_follows_advantage_sign(ctx: Context) -> None:
+    """One small SGD step on the loss raises log-probs of A > 0 tokens and lowers those of A < 0 (T12)."""
+    logps, mask = batch(ctx)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    _, grad = loss_and_grad(ctx, logps, advantages, mask, importance_sampling_level="token")
+    step = -grad  # the SGD direction
+    expected = torch.sign(advantages).unsqueeze(1).expand_as(step).double()
+    keep = mask.bool()
+    wrong = (torch.sign(step) != expected) & keep
+    if wrong.any():
+        positive = bool((wrong & (expected > 0)).any())
+        negative = bool((wrong & (expected < 0)).any())
+        cause = (
+            "the whole objective has the wrong sign (the loss should be minus the surrogate)"
+            if positive and negative
+            else "A > 0 tokens get no push up: the clip lets nothing through at r = 1"
+            if positive
+            else "A < 0 tokens get no push down"
+        )
+        raise CheckFailure(
+            "the SGD step to follow sign(A) on every unmasked token",
+            f"it goes the wrong way (or nowhere) on {int(wrong.sum())} tokens, e.g. step {fmt(step[wrong])}",
+            cause,
+        )

@@ -1,0 +1,178 @@
+"""Stage `update` (extension): `grpo_step(policy, optimizer, ..., rewards, ...)`.
+
+Rules (extension brief, catalog T11/T12/T24): one step raises the probability of positive-
+advantage completions relative to negative ones; parameters change; beta = 0 with equal rewards
+changes nothing; the result equals the reference's step (zero_grad before backward, clip the grad
+norm, optimizer.step); with num_iterations = 2 the old log-probs stay frozen, so the second pass
+sees ratio != 1. Probed with plain SGD (no momentum, no weight decay) on the tiny model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import reference_impl
+from checker import fixtures
+from checker.checks import CheckFailure, check
+from checker.checks.context import Context, fmt
+
+G = 4
+COMPUTE_STAGES = (
+    "rewards",
+    "advantages",
+    "logprobs",
+    "masking",
+    "ratio",
+    "clipping",
+    "kl",
+    "loss_aggregation",
+)
+
+
+def _batch(ctx: Context):
+    """Two prompts x G completions of unequal length, repeated in contiguous groups."""
+    input_ids, attention_mask, mask, width = fixtures.scoring_batch(
+        ctx.gen, [5, 3, 4, 2, 5, 1, 3, 4], [2] * 8
+    )
+    prompt_ids = input_ids[:, :2].clone()
+    prompt_ids[G:] = prompt_ids[G]  # one prompt per group
+    prompt_ids[:G] = prompt_ids[0]
+    completion_ids = input_ids[:, 2:]
+    return prompt_ids, torch.ones_like(prompt_ids), completion_ids
+
+
+def _step(ctx: Context, fn, policy, completion_batch, rewards, lr=0.05, **kwargs):
+    prompt_ids, prompt_mask, completion_ids = completion_batch
+    optimizer = torch.optim.SGD(policy.parameters(), lr=lr)
+    for p in policy.parameters():  # stale gradients: a correct step zeroes them before backward
+        p.grad = torch.full_like(p, 0.3)
+    args = (policy, optimizer, prompt_ids, prompt_mask, completion_ids, rewards)
+    common = {"num_generations": G, "eos_token_ids": [fixtures.EOS_ID]}
+    if fn is None:
+        return ctx.call("grpo_step", *args, **common, **kwargs)
+    return fn(*args, **common, **kwargs)
+
+
+def _reference_step(ctx: Context, policy, completion_batch, rewards, lr=0.05, **kwargs):
+    options = {k: ctx.config[k] for k in ("loss_type", "epsilon_low", "epsilon_high", "delta")}
+    options |= {
+        "importance_sampling_level": ctx.config["importance_sampling_level"],
+        "use_bias_correction_kl": ctx.config["use_bias_correction_kl"],
+        "scale_rewards": ctx.config["scale_rewards"],
+    }
+    return _step(
+        ctx, reference_impl.grpo_step, policy, completion_batch, rewards, lr, **options, **kwargs
+    )
+
+
+def _sequence_logps(policy, completion_batch) -> torch.Tensor:
+    prompt_ids, prompt_mask, completion_ids = completion_batch
+    mask = reference_impl.completion_mask(completion_ids, [fixtures.EOS_ID])
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)
+    attention_mask = torch.cat([prompt_mask, mask], 1)
+    with torch.no_grad():
+        logps = reference_impl.get_per_token_logps(
+            policy, input_ids, attention_mask, completion_ids.size(1)
+        )
+    return (logps * mask).sum(1).double()
+
+
+def _max_param_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max(
+        float((p - q).detach().abs().max())
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
+
+
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.0])
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def step_follows_advantages(ctx: Context) -> None:
+    """After one grpo_step, sum_i A_i * (change of log pi(completion_i)) > 0: better completions gain probability."""
+    policy = fixtures.tiny_model()
+    data = _batch(ctx)
+    before = _sequence_logps(policy, data)
+    _step(ctx, None, policy, data, REWARDS, lr=0.01)
+    change = _sequence_logps(policy, data) - before
+    advantages = reference_impl.compute_advantages(REWARDS, G).double()
+    score = float((advantages * change).sum())
+    if not score > 0:
+        raise CheckFailure(
+            "sum_i A_i * delta log pi_i > 0",
+            fmt(score),
+            "the update moves against the advantages: the loss sign, or the optimizer, is wrong"
+            if score < 0
+            else "the parameters did not move: optimizer.step() skipped, or no gradient",
+        )
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def parameters_change(ctx: Context) -> None:
+    """A grpo_step with unequal rewards changes the policy's parameters."""
+    policy = fixtures.tiny_model()
+    start = fixtures.tiny_model()
+    _step(ctx, None, policy, _batch(ctx), REWARDS)
+    if _max_param_diff(policy, start) == 0:
+        raise CheckFailure(
+            "changed parameters",
+            "identical parameters",
+            "optimizer.step() is never called, or the gradient never reaches the parameters",
+        )
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def equal_rewards_change_nothing(ctx: Context) -> None:
+    """With beta = 0 and every reward equal (0.5), a grpo_step with plain SGD leaves the parameters unchanged."""
+    policy = fixtures.tiny_model()
+    start = fixtures.tiny_model()
+    _step(ctx, None, policy, _batch(ctx), torch.full((8,), 0.5))
+    moved = _max_param_diff(policy, start)
+    if moved > 0:
+        raise CheckFailure(
+            "unchanged parameters (all advantages 0)",
+            f"parameters moved by up to {fmt(moved)}",
+            "stale gradients are applied (zero_grad missing before backward) or advantages are not centred",
+        )
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def step_matches_reference(ctx: Context) -> None:
+    """One grpo_step (SGD lr 0.05, stale .grad filled in beforehand) gives the reference's parameters."""
+    policy, expected = fixtures.tiny_model(), fixtures.tiny_model()
+    data = _batch(ctx)
+    _step(ctx, None, policy, data, REWARDS)
+    _reference_step(ctx, expected, data, REWARDS)
+    diff = _max_param_diff(policy, expected)
+    if diff > 1e-5:
+        skipped = _max_param_diff(policy, fixtures.tiny_model()) == 0
+        raise CheckFailure(
+            "the reference's parameters after one step",
+            f"max parameter difference {fmt(diff)}",
+            "optimizer.step() is skipped"
+            if skipped
+            else "stale gradients are added (zero_grad missing before backward), or the step differs",
+        )
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def old_logps_frozen_across_iterations(ctx: Context) -> None:
+    """num_iterations = 2: the second pass uses the old log-probs of generation time (ratio != 1), as the reference does."""
+    policy, expected, recomputed = (fixtures.tiny_model() for _ in range(3))
+    data = _batch(ctx)
+    lr = 2.0  # large enough that the second pass sees ratios outside the clip band
+    _step(ctx, None, policy, data, REWARDS, lr=lr, num_iterations=2)
+    _reference_step(ctx, expected, data, REWARDS, lr=lr, num_iterations=2)
+    for _ in range(2):
+        _reference_step(ctx, recomputed, data, REWARDS, lr=lr, num_iterations=1)
+    diff = _max_param_diff(policy, expected)
+    separation = _max_param_diff(expected, recomputed)
+    if diff > 1e-4 * max(1.0, separation):
+        cause = "the second pass differs from the reference"
+        if _max_param_diff(policy, recomputed) < 1e-5:
+            cause = "old log-probs are recomputed every iteration, so the ratio stays 1 (B36/B37)"
+        raise CheckFailure(
+            "the reference's parameters after 2 iterations",
+            f"max parameter difference {fmt(diff)} (frozen vs recomputed old differ by {fmt(separation)})",
+            cause,
+        )
