@@ -16,11 +16,10 @@ with only that method's inputs supplied by the adapter:
 | `per_token_kl` | `_compute_loss` with beta = 1, A = 0, no bias correction; TRL's `per_token_kl` read from the frame | log-probs, reference log-probs |
 | `generate_completions` | `_generate_single_turn` (gt:L1763) with the trainer's GenerationConfig | the model, prompts repeated G times as TRL's sampler does |
 | `make_reference_model` | `GRPOTrainer.__init__` with beta != 0 (reloads from `config._name_or_path`, gt:L984-1003) | the policy, saved to a folder first |
+| `grpo_step` | `training_step` (gt:L1510) -> `_prepare_inputs` -> `_generate_and_score_completions` -> `_compute_loss` -> backward, `num_iterations` times | the policy, reference and optimizer; completions and rewards as above; clip + optimizer step as HF's loop does them |
 
-Not provided (the checker skips those checks): `grpo_step`. TRL's update is `Trainer`'s inner
-training loop around `training_step`; driving it on a caller's policy and optimizer would mean
-rebuilding that loop here, i.e. checking our code rather than TRL's. `strip_reasoning`: TRL has
-no such function (reward functions receive the raw decoded text).
+Not provided (the checker skips those checks): `strip_reasoning`: TRL has no such function
+(reward functions receive the raw decoded text).
 
 Conventions: P = GA = S = 1 and train mode, so TRL's normalisers are the protocol's (facts section
 9). Each function's `grpo_check_location` is the line of the imported, possibly patched, TRL
@@ -307,28 +306,59 @@ def _resolved_epsilon_high(epsilon_low: float, epsilon_high: float | None) -> fl
     return grpo.epsilon_high if built_with_none else epsilon_low
 
 
+@contextmanager
+def _loss_settings(
+    length: int,
+    *,
+    loss_type: str = "dapo",
+    beta: float = 0.0,
+    epsilon_low: float = 0.2,
+    epsilon_high: float | None = None,
+    delta: float | None = None,
+    importance_sampling_level: str = "token",
+    use_bias_correction_kl: bool = True,
+    max_completion_length: int | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+):
+    """The protocol's loss options, set where `_compute_loss` reads them (trainer and args)."""
+    grpo = trainer()
+    with (
+        _settings(
+            grpo,
+            loss_type=loss_type,
+            beta=beta,
+            epsilon_low=epsilon_low,
+            epsilon_high=_resolved_epsilon_high(epsilon_low, epsilon_high),
+            importance_sampling_level=importance_sampling_level,
+            max_completion_length=length
+            if max_completion_length is None
+            else max_completion_length,
+        ),
+        _settings(
+            grpo.args,
+            delta=delta,
+            use_bias_correction_kl=use_bias_correction_kl,
+            sapo_temperature_pos=sapo_temperature_pos,
+            sapo_temperature_neg=sapo_temperature_neg,
+        ),
+    ):
+        yield
+
+
 def _drive_compute_loss(
     per_token_logps: torch.Tensor,
     advantages: torch.Tensor,
     completion_mask: torch.Tensor,
     *,
-    old_per_token_logps: torch.Tensor | None,
-    ref_per_token_logps: torch.Tensor | None,
-    loss_type: str,
-    beta: float,
-    epsilon_low: float,
-    epsilon_high: float | None,
-    delta: float | None,
-    importance_sampling_level: str,
-    use_bias_correction_kl: bool,
-    max_completion_length: int | None,
-    num_items_in_batch: int | float | torch.Tensor | None,
-    sapo_temperature_pos: float,
-    sapo_temperature_neg: float,
+    old_per_token_logps: torch.Tensor | None = None,
+    ref_per_token_logps: torch.Tensor | None = None,
+    num_items_in_batch: int | float | torch.Tensor | None = None,
     read: tuple[str, ...] = (),
+    **loss_options: Any,
 ) -> tuple[torch.Tensor, dict]:
     """Run `_compute_loss` with the policy forward returning `per_token_logps` (graph kept)."""
-    if beta != 0.0 and ref_per_token_logps is None:
+    if loss_options.get("beta", 0.0) != 0.0 and ref_per_token_logps is None:
         raise ValueError("beta != 0 needs ref_per_token_logps from the frozen reference model")
     grpo = trainer()
     num_rows, length = per_token_logps.shape
@@ -352,25 +382,8 @@ def _drive_compute_loss(
         return per_token_logps, torch.zeros_like(per_token_logps.detach()), None
 
     with (
-        _settings(
-            grpo,
-            loss_type=loss_type,
-            beta=beta,
-            epsilon_low=epsilon_low,
-            epsilon_high=_resolved_epsilon_high(epsilon_low, epsilon_high),
-            importance_sampling_level=importance_sampling_level,
-            max_completion_length=length
-            if max_completion_length is None
-            else max_completion_length,
-            _get_per_token_logps_and_entropies=policy_forward,
-        ),
-        _settings(
-            grpo.args,
-            delta=delta,
-            use_bias_correction_kl=use_bias_correction_kl,
-            sapo_temperature_pos=sapo_temperature_pos,
-            sapo_temperature_neg=sapo_temperature_neg,
-        ),
+        _loss_settings(length, **loss_options),
+        replaced(grpo, "_get_per_token_logps_and_entropies", policy_forward),
         reading_locals(GRPOTrainer._compute_loss, read) as seen,
     ):
         loss = grpo._compute_loss(grpo.model, inputs)
@@ -432,19 +445,10 @@ def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tenso
         logps,
         torch.zeros(logps.size(0)),
         torch.ones_like(logps, dtype=torch.long),
-        old_per_token_logps=None,
         ref_per_token_logps=ref,
         loss_type="bnpo",
         beta=1.0,
-        epsilon_low=0.2,
-        epsilon_high=None,
-        delta=None,
-        importance_sampling_level="token",
         use_bias_correction_kl=False,  # the bare k3 term; the ratio factor is compute_loss's business
-        max_completion_length=None,
-        num_items_in_batch=None,
-        sapo_temperature_pos=1.0,
-        sapo_temperature_neg=1.05,
         read=("per_token_kl",),
     )
     if "per_token_kl" not in seen:
@@ -506,3 +510,96 @@ def make_reference_model(policy: torch.nn.Module) -> torch.nn.Module:
     policy.save_pretrained(folder)
     built, _ = harness.build_trainer(folder, beta=0.04)
     return built.ref_model
+
+
+# ---------------------------------------------------------------------------------------------
+# update: one generation batch through GRPOTrainer.training_step
+
+
+@_located(GRPOTrainer.training_step)
+def grpo_step(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    rewards: torch.Tensor,
+    *,
+    num_generations: int,
+    eos_token_ids: list[int],
+    reference: torch.nn.Module | None = None,
+    temperature: float = 1.0,
+    num_iterations: int = 1,
+    max_grad_norm: float = 1.0,
+    **loss_kwargs: Any,
+) -> float:
+    """`num_iterations` x GRPOTrainer.training_step on one generation batch, as HF's loop runs it.
+
+    training_step -> `_prepare_inputs` (gt:L1522: `_generate_and_score_completions` with the
+    given completions and rewards, old log-probs when num_iterations > 1, reference log-probs when
+    beta != 0, shuffle, buffer) -> `_compute_loss` -> backward. Between steps the adapter does what
+    `Trainer._inner_training_loop` does: clip the gradient norm (accelerator.clip_grad_norm_),
+    optimizer.step(), zero the gradients. The policy and reference get TRL's fused LM head for the
+    duration, as `__init__` installs it.
+    """
+    options = dict(loss_kwargs)
+    scale_rewards = options.pop("scale_rewards", "group")
+    mask_truncated_completions = options.pop("mask_truncated_completions", False)
+    if options.get("beta", 0.0) != 0.0 and reference is None:
+        raise ValueError("beta != 0 needs a reference model (make_reference_model(policy))")
+    grpo = trainer()
+    num_rows, length = completion_ids.shape
+    prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
+    rewards_per_func = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1, 1)
+
+    def tokenize_prompts(prompt_texts: list) -> tuple[list, None, dict]:
+        return prompts, None, {}
+
+    def generate(input_ids: torch.Tensor, **_: Any) -> torch.Tensor:
+        return torch.cat([input_ids, completion_ids.to(input_ids)], dim=1)
+
+    def calculate_rewards(inputs, prompt_texts, completions, completion_ids_list) -> torch.Tensor:
+        return rewards_per_func.clone()
+
+    with ExitStack() as stack:
+        stack.enter_context(_fused_head(policy, temperature))
+        if reference is not None:
+            stack.enter_context(_fused_head(reference, temperature))
+        stack.enter_context(replaced(policy, "generate", generate))
+        stack.enter_context(_loss_settings(length, **options))
+        stack.enter_context(
+            _settings(
+                grpo,
+                model=policy,
+                model_wrapped=policy,
+                ref_model=reference,
+                num_generations=num_generations,
+                num_iterations=num_iterations,
+                scale_rewards=scale_rewards,
+                reward_weights=torch.ones(1),
+                reward_func_names=["reward"],
+                multi_objective_aggregation="sum_then_normalize",
+                eos_token_ids=list(eos_token_ids),
+                mask_truncated_completions=mask_truncated_completions,
+                _step=0,
+                _buffered_inputs=None,
+                _tokenize_prompts=tokenize_prompts,
+                _calculate_rewards=calculate_rewards,
+            )
+        )
+        stack.enter_context(
+            _settings(
+                grpo.args,
+                per_device_train_batch_size=num_rows,
+                gradient_accumulation_steps=1,
+                steps_per_generation=1,
+            )
+        )
+        batch = [{"prompt": PROMPT_TEXT}] * num_rows
+        for _ in range(num_iterations):
+            optimizer.zero_grad(set_to_none=True)
+            loss = grpo.training_step(policy, batch, num_items_in_batch=None)
+            grpo.accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            optimizer.step()
+    clear_logs(grpo)
+    return float(loss)

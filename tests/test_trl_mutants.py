@@ -38,6 +38,7 @@ PIPELINE = (
     "loss_aggregation",
     "generation",
     "reference_model",
+    "update",
 )
 CHILD_TIMEOUT = 240
 
@@ -277,6 +278,41 @@ def probe_reference_model(adapter, reference, data) -> bool:
     input_ids = torch.randint(3, 17, (2, 6), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         return _close(frozen(input_ids).logits, policy(input_ids).logits, 1e-6)
+
+
+def probe_update(adapter, reference, data) -> bool:
+    import torch
+
+    from reference_impl import train
+    from reference_impl.tiny import load_tiny
+
+    prompts = torch.tensor([[3, 14, 4, 12], [5, 14, 6, 12]]).repeat_interleave(4, dim=0)
+    completions = torch.randint(3, 17, (8, 5), generator=torch.Generator().manual_seed(5))
+    completions[1, 2], completions[1, 3:] = 1, 0
+    rewards = torch.tensor([0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 0.25, 1.0])
+    weights = []
+    for grpo_step in (adapter.grpo_step, train.grpo_step):
+        torch.manual_seed(6)
+        policy, _ = load_tiny()
+        frozen = train.make_reference_model(policy)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)
+        grpo_step(
+            policy,
+            optimizer,
+            prompts,
+            torch.ones_like(prompts),
+            completions,
+            rewards,
+            num_generations=4,
+            eos_token_ids=[1],
+            reference=frozen,
+            temperature=0.7,
+            num_iterations=3,
+            beta=0.04,
+            loss_type="grpo",
+        )
+        weights.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    return _close(weights[0], weights[1], 1e-6)
 
 
 PROBES: dict[str, Callable] = {stage: globals()[f"probe_{stage}"] for stage in PIPELINE}
