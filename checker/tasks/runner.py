@@ -58,12 +58,8 @@ def _tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def guarded_digests() -> dict[str, str]:
-    return {
-        name: _tree_digest(REPO_ROOT / name)
-        for name in GUARDED_TREES
-        if (REPO_ROOT / name).exists()
-    }
+def guarded_digests(root: Path = REPO_ROOT) -> dict[str, str]:
+    return {name: _tree_digest(root / name) for name in GUARDED_TREES if (root / name).exists()}
 
 
 def run_agent(command: str, workspace: Path, instruction: Path, timeout: float) -> tuple[str, str]:
@@ -116,8 +112,12 @@ def run_trial(
     trial: int = 0,
     timeout: float = 1800,
     keep: Path | None = None,
+    guarded_root: Path = REPO_ROOT,
 ) -> TrialResult:
-    """One trial of the built task folder `built` (Harbor layout) with `agent`."""
+    """One trial of the built task folder `built` (Harbor layout) with `agent`.
+
+    `guarded_root` holds the checker, reference_impl and skills that the agent must leave alone
+    (this repository; tests point it elsewhere)."""
     task_id = built.name
     condition = "skill" if skill else "no-skill"
     started = time.perf_counter()
@@ -129,7 +129,7 @@ def run_trial(
         shutil.copy(built / "instruction.md", instruction)
         if skill:
             install_skill_into(workspace)
-        before = guarded_digests()
+        before = guarded_digests(guarded_root)
         env_vars = {"GRPO_TASK_WORKSPACE": str(workspace), "GRPO_TASK_PYTHON": sys.executable}
 
         status, detail = "ok", ""
@@ -147,7 +147,7 @@ def run_trial(
         elif agent != "nop":
             status, detail = run_agent(agent, workspace, instruction, timeout)
 
-        if guarded_digests() != before:
+        if guarded_digests(guarded_root) != before:
             return _finish(
                 TrialResult(task_id, agent, condition, trial, 0.0, status="tampered"),
                 started,

@@ -139,11 +139,17 @@ def _(ns):
     return ns.completion_logps(logits, input_ids, mask, temperature=0.7)
 
 
-def _tiny(seed: int = 0):
+def _tiny(seed: int = 0, weight_scale: float = 1.0):
+    """The tiny Qwen2; a weight scale > 1 makes its next token depend strongly on the prompt."""
     from reference_impl.tiny import TinySpec, load_tiny
 
     torch.manual_seed(seed)
     model, _ = load_tiny(TinySpec())
+    if weight_scale != 1.0:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() > 1:
+                    parameter.mul_(weight_scale)
     return model
 
 
@@ -329,10 +335,8 @@ def _(ns):
 
 
 # --- generation ---------------------------------------------------------------------------------
-@probe("generation.greedy_groups", "generation")
-def _(ns):
-    """At temperature 1e-4 sampling is argmax: rows are a function of their prompt alone."""
-    model = _tiny(1).eval()
+def _greedy(ns, weight_scale: float):
+    model = _tiny(1, weight_scale).eval()
     prompt_ids = torch.tensor([[0, 3, 13], [5, 6, 13], [9, 9, 13]])
     prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1], [1, 1, 1]])
     torch.manual_seed(0)
@@ -346,6 +350,19 @@ def _(ns):
         pad_token_id=0,
         temperature=1e-4,
     )
+
+
+@probe("generation.groups_contiguous", "generation")
+def _(ns):
+    """At temperature 1e-4 sampling is argmax, and this model answers each prompt differently:
+    rows g*G .. g*G + G - 1 must all hold prompt g's completion."""
+    return _greedy(ns, weight_scale=8.0)
+
+
+@probe("generation.temperature_applied", "generation")
+def _(ns):
+    """A near-uniform model at temperature 1e-4 still gives G identical rows; at 1 it would not."""
+    return _greedy(ns, weight_scale=1.0)
 
 
 # --- reference_model ----------------------------------------------------------------------------

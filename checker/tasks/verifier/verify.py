@@ -152,11 +152,12 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
         "PASS: protected files and installed packages intact"
     ]
     checker = check_reference if task["family"] == "reference" else check_trl
-    problems = checker(task, workspace)
+    # A violated gate scores 0 whatever the probes say, so they are not run.
+    problems = {} if cheating else checker(task, workspace)
     result: dict[str, float] = {"anti_cheat": 0.0 if cheating else 1.0}
     total = 0.0
     for bug in task["bugs"]:
-        found = problems.get(bug["stage"], [])
+        found = problems.get(bug["stage"], ["not checked: anti-cheat failed"] if cheating else [])
         passed = not found and not cheating
         result[bug["id"]] = 1.0 if passed else 0.0
         total += bug["weight"] if passed else 0.0

@@ -1,0 +1,81 @@
+"""The task suite as specified: families, stage coverage, weights, symptom-only instructions."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from checker.mutants import STAGES
+from checker.tasks.build import build_task
+from checker.tasks.spec import TaskSpecError, load_task, load_tasks
+
+SPECS = load_tasks()
+
+
+def test_suite_has_twelve_tasks_in_both_families():
+    assert len(SPECS) >= 12
+    assert {s.family for s in SPECS} == {"reference", "trl"}
+
+
+def test_every_stage_is_covered_by_some_task():
+    covered = {b.stage for s in SPECS for b in s.bugs if b.kind == "bug"}
+    assert covered == set(STAGES)
+
+
+def test_suite_has_single_bug_three_bug_and_decoy_tasks():
+    counts = [sum(b.kind == "bug" for b in s.bugs) for s in SPECS]
+    assert 1 in counts and max(counts) >= 3
+    assert sum(any(b.kind == "decoy" for b in s.bugs) for s in SPECS) >= 2
+
+
+def test_bug_weights_sum_to_one_and_ids_are_lowercase_hyphenated():
+    for spec in SPECS:
+        assert sum(b.weight for b in spec.bugs) == pytest.approx(1.0), spec.id
+        assert spec.id == spec.id.lower() and "_" not in spec.id
+
+
+def test_skillsbench_trio_keeps_its_three_bugs_and_the_reasoning_decoy():
+    trio = next(s for s in SPECS if s.id == "trl-skillsbench-trio")
+    assert {b.stage for b in trio.bugs} == {"advantages", "logprobs", "decode"}
+    decoy = next(b for b in trio.bugs if b.kind == "decoy")
+    assert decoy.guards == "decode_blanks_plain"
+
+
+def test_instructions_report_symptoms_not_the_injected_code():
+    for spec in SPECS:
+        text = spec.instruction
+        for patch in spec.patches:
+            if patch.kind == "bug":
+                assert patch.mutant.replace.strip() not in text, spec.id
+                assert patch.id not in text, spec.id
+
+
+def test_every_task_builds_from_the_current_sources(tmp_path):
+    """Each patch applies exactly once to today's reference_impl or installed TRL."""
+    for spec in SPECS:
+        root = build_task(spec, tmp_path)
+        assert (root / "tests" / "task.json").exists()
+        assert (root / "solution" / "solve.sh").exists()
+        workspace = root / "environment" / "workspace"
+        assert not (workspace / "tests").exists() and not (workspace / "reference_impl").exists()
+        shutil.rmtree(root)
+
+
+def test_trl_workspace_holds_a_patched_copy_not_the_repository(tmp_path):
+    spec = next(s for s in SPECS if s.id == "trl-never-stops")
+    workspace = build_task(spec, tmp_path) / "environment" / "workspace"
+    trainer = (workspace / "trl" / "trl" / "trainer" / "grpo_trainer.py").read_text()
+    assert "(sequence_indices < eos_idx.unsqueeze(1))" in trainer
+    assert not list(Path(spec.folder).rglob("grpo_trainer.py"))  # TRL code is never stored
+
+
+def test_a_spec_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
+    source = next(s for s in SPECS if s.id == "ref-advantage-epsilon").folder
+    folder = tmp_path / "bad-task"
+    shutil.copytree(source, folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("weight = 1.0", "weight = 0.5"))
+    with pytest.raises(TaskSpecError, match="sum to 0.5"):
+        load_task(folder)
