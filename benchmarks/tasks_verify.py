@@ -30,8 +30,12 @@ def main() -> int:
     for spec, row in zip(specs, rows, strict=True):
         by_family.setdefault(spec.family, []).append(row["seconds"])
     for family, times in sorted(by_family.items()):
-        print(f"{family} family: {len(times)} tasks, {sum(times) / len(times):.1f} s per task (oracle + nop)")
-    print(f"suite wall time {seconds:.1f} s vs goal {GOAL_SECONDS:.0f} s: ratio {seconds / GOAL_SECONDS:.2f}")
+        print(
+            f"{family} family: {len(times)} tasks, {sum(times) / len(times):.1f} s per task (oracle + nop)"
+        )
+    print(
+        f"suite wall time {seconds:.1f} s vs goal {GOAL_SECONDS:.0f} s: ratio {seconds / GOAL_SECONDS:.2f}"
+    )
     print(f"tasks ok: {sum(r['ok'] for r in rows)} / {len(rows)}")
     print(f"tasks_verify: tasks {len(rows)}, seconds {seconds:.1f}")
     return 0 if all(r["ok"] for r in rows) else 1

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import time
 import zlib
+from pathlib import Path
 
 from checker.tasks.report import load_results, render_report, write_chart
 from checker.tasks.runner import TrialResult, append_result, finished_trials, run_agent
@@ -23,7 +23,7 @@ def test_timeout_kills_the_agents_whole_process_group(tmp_path):
     time.sleep(0.2)
     try:
         os.kill(child, 0)
-        alive = open(f"/proc/{child}/stat").read().split()[2] != "Z"
+        alive = Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"  # a zombie is dead
     except ProcessLookupError:
         alive = False
     assert not alive, "the background child of the agent survived the time limit"
@@ -34,7 +34,9 @@ def test_agent_runs_in_its_workspace_with_placeholders(tmp_path):
     workspace.mkdir()
     instruction = tmp_path / "instruction.md"
     instruction.write_text("fix it")
-    status, _ = run_agent("cat {instruction} > seen.txt && pwd > where.txt", workspace, instruction, 30)
+    status, _ = run_agent(
+        "cat {instruction} > seen.txt && pwd > where.txt", workspace, instruction, 30
+    )
     assert status == "ok"
     assert (workspace / "seen.txt").read_text() == "fix it"
     assert (workspace / "where.txt").read_text().strip() == str(workspace)
@@ -51,8 +53,15 @@ def test_results_are_appended_and_resume_skips_finished_trials(tmp_path):
 
 
 def _row(task, condition, reward, bugs):
-    return {"task": task, "agent": "claude", "condition": condition, "trial": 0,
-            "reward": reward, "bugs": bugs, "status": "ok"}
+    return {
+        "task": task,
+        "agent": "claude",
+        "condition": condition,
+        "trial": 0,
+        "reward": reward,
+        "bugs": bugs,
+        "status": "ok",
+    }
 
 
 def test_report_gives_mean_reward_pass_rate_and_fix_rates(tmp_path):
@@ -62,7 +71,7 @@ def test_report_gives_mean_reward_pass_rate_and_fix_rates(tmp_path):
         _row("trl-x", "skill", 1.0, {"a": 1.0, "b": 1.0, "anti_cheat": 1.0}),
     ]
     text = render_report(rows)
-    line = next(l for l in text.splitlines() if "agent/no-skill" in l and "trl-x" in l)
+    line = next(row for row in text.splitlines() if "agent/no-skill" in row and "trl-x" in row)
     assert "0.625" in line and "50%" in line
     assert "b: 50%" in text and "anti_cheat" not in text
 

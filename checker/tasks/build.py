@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import shutil
+import tomllib
 from pathlib import Path
 
 from checker.tasks.spec import REPO_ROOT, TaskSpec
@@ -133,7 +134,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     shutil.rmtree(scratch, ignore_errors=True)
     (workspace / "NOTES.md").write_text(_notes(spec))
 
-    shutil.copy(spec.folder / "task.toml", root / "task.toml")
+    (root / "task.toml").write_text(harbor_toml(spec))
     (root / "instruction.md").write_text(spec.instruction)
     for name in ("verify.py", "judge.py", "ref_probes.py", "trl_probes.py"):
         shutil.copy(VERIFIER / name, tests / name)
@@ -158,3 +159,23 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
 
         install_skill(workspace)
     return root
+
+
+def harbor_toml(spec: TaskSpec) -> str:
+    """The spec's task.toml as `harbor lint` accepts it.
+
+    Our `[grpo]` table moves under `[metadata]` (Harbor's free-form table), and the verifier runs
+    in a separate, fresh copy of the environment that receives the agent's /app as an artifact:
+    nothing the agent installs or edits outside /app can reach the verifier.
+    """
+    text = (spec.folder / "task.toml").read_text()
+    text = text.replace("\n[grpo.train]", "\n[metadata.grpo.train]").replace(
+        "\n[grpo]", "\n[metadata.grpo]"
+    )
+    text = text.replace("\n[verifier]\n", '\n[verifier]\nenvironment_mode = "separate"\n', 1)
+    first_table = text.index("\n[")
+    text = text[:first_table] + '\nartifacts = ["/app"]\n' + text[first_table:]
+    parsed = tomllib.loads(text)
+    if parsed["metadata"]["grpo"] != spec.toml["grpo"]:
+        raise ValueError(f"task {spec.id}: could not move [grpo] under [metadata]")
+    return text

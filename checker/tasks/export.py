@@ -23,6 +23,7 @@ def export_harbor(specs: list[TaskSpec], out: Path, skill: bool = False) -> list
     for spec in specs:
         folder = build_task(spec, out, skill=skill)
         project = folder / "environment" / "grpo-skill"
+        project.mkdir(parents=True, exist_ok=True)
         for name in PROJECT_FILES:
             source = REPO_ROOT / name
             if source.is_dir():
