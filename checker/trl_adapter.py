@@ -71,11 +71,17 @@ CONVENTIONS: dict[str, Any] = {
 }
 
 
-def _located(function, marker: str | None = None):
-    """Decorator: tag an adapter function with the TRL line it drives."""
+def _located(function, marker: str | None = None, also_runs: tuple[str, ...] = ()):
+    """Decorator: tag an adapter function with the TRL line it drives.
+
+    `also_runs` (`grpo_check_depends_on`) names other stages whose TRL code the function cannot
+    avoid running, so that a bug there may also show here: e.g. TRL's advantage block starts from
+    its own reward combination, and its generation output is cut by its completion mask.
+    """
 
     def tag(adapter_function):
         adapter_function.grpo_check_location = source_location(function, marker)
+        adapter_function.grpo_check_depends_on = also_runs
         return adapter_function
 
     return tag
@@ -170,7 +176,11 @@ def combine_rewards(
     return seen["rewards"].clone()
 
 
-@_located(GRPOTrainer._generate_and_score_completions, "advantages = rewards - mean_grouped")
+@_located(
+    GRPOTrainer._generate_and_score_completions,
+    "advantages = rewards - mean_grouped",
+    also_runs=("rewards",),
+)
 def compute_advantages(
     rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group"
 ) -> torch.Tensor:
@@ -460,7 +470,11 @@ def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tenso
 # generation and reference_model (the optional extension of the protocol)
 
 
-@_located(GRPOTrainer._generate_single_turn, "prompt_completion_ids = unwrapped_model.generate(")
+@_located(
+    GRPOTrainer._generate_single_turn,
+    "prompt_completion_ids = unwrapped_model.generate(",
+    also_runs=("masking",),
+)
 def generate_completions(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,

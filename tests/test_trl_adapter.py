@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import reference_impl as reference
+from checker.mutants import STAGES
 from reference_impl import train as reference_train
 from reference_impl.tiny import load_tiny
 
@@ -264,6 +265,7 @@ def test_every_function_points_into_the_imported_trl_source():
         path, line = getattr(adapter, name).grpo_check_location.rsplit(":", 1)
         assert Path(path).is_relative_to(trl_root.resolve()), (name, path)
         assert Path(path).read_text().splitlines()[int(line) - 1].strip(), (name, line)
+        assert set(getattr(adapter, name).grpo_check_depends_on) <= set(STAGES), name
 
 
 def test_conventions_are_trl_1_16_defaults():
