@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from checker.tasks.build import build_task
-from checker.tasks.generate import generate_task
 from checker.tasks.runner import run_trial
-from checker.tasks.spec import REPO_ROOT, load_task, load_tasks
+from checker.tasks.spec import REPO_ROOT, load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
@@ -27,15 +25,18 @@ def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
     nop = run_trial(decoy_task, "nop")
     assert oracle.reward == 1.0, oracle.detail
     assert nop.reward == 0.0
-    assert nop.bugs == {"anti_cheat": 1.0, "batch_wide_std": 0.0, "decode_blanks_plain": 0.0, "small_epsilon": 0.0}
+    assert nop.bugs == {
+        "anti_cheat": 1.0,
+        "batch_wide_std": 0.0,
+        "decode_blanks_plain": 0.0,
+        "small_epsilon": 0.0,
+    }
 
 
 def test_restoring_upstream_fixes_the_bugs_but_loses_the_decoy(decoy_task):
     """Copying reference_impl over the package fixes both bugs and silently drops epsilon 1e-6."""
     upstream = REPO_ROOT / "reference_impl"
-    agent = (
-        f"for f in advantages.py decode.py; do sed 's/reference_impl/minigrpo/g' {upstream}/$f > minigrpo/$f; done"
-    )
+    agent = f"for f in advantages.py decode.py; do sed 's/reference_impl/minigrpo/g' {upstream}/$f > minigrpo/$f; done"
     result = run_trial(decoy_task, agent)
     assert result.bugs["batch_wide_std"] == 1.0 and result.bugs["decode_blanks_plain"] == 1.0
     assert result.bugs["small_epsilon"] == 0.0
@@ -43,7 +44,9 @@ def test_restoring_upstream_fixes_the_bugs_but_loses_the_decoy(decoy_task):
 
 
 def test_editing_a_protected_file_scores_zero_even_with_the_fix(decoy_task):
-    agent = f"GRPO_TASK_WORKSPACE=. bash {decoy_task}/solution/solve.sh && echo '# tuned' >> train.py"
+    agent = (
+        f"GRPO_TASK_WORKSPACE=. bash {decoy_task}/solution/solve.sh && echo '# tuned' >> train.py"
+    )
     result = run_trial(decoy_task, agent)
     assert result.bugs["anti_cheat"] == 0.0
     assert result.reward == 0.0
@@ -71,29 +74,3 @@ def test_a_fix_written_differently_from_the_oracle_passes(decoy_task, tmp_path):
     script.write_text(decode)
     agent = f"GRPO_TASK_WORKSPACE=. bash {decoy_task}/solution/solve.sh && cp {script} minigrpo/decode.py"
     assert run_trial(decoy_task, agent).reward == 1.0
-
-
-@pytest.mark.parametrize("seed", [3])
-def test_generated_task_verifies(tmp_path, seed):
-    folder = generate_task(seed, 2, tmp_path / "specs")
-    built = build_task(load_task(folder), tmp_path / "built")
-    assert run_trial(built, "oracle").reward == 1.0
-    shutil.rmtree(built)
-
-
-def test_trio_restoring_upstream_decode_loses_the_reasoning_contract(tmp_path):
-    """The SkillsBench failure mode: reverting the fork's decode to TRL's batch_decode."""
-    (spec,) = load_tasks(ids=["trl-skillsbench-trio"])
-    built = build_task(spec, tmp_path)
-    trainer = "trl/trl/trainer/grpo_trainer.py"
-    agent = (
-        f"GRPO_TASK_WORKSPACE=. bash {built}/solution/solve.sh && sed -i "
-        "'s/completions = decode_and_strip_reasoning(self.processing_class, completion_ids)/"
-        "completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)/' "
-        f"{trainer}"
-    )
-    result = run_trial(built, agent)
-    assert result.bugs["advantage_epsilon"] == 1.0 and result.bugs["logprob_sign"] == 1.0
-    assert result.bugs["decode_blanks_plain"] == 1.0
-    assert result.bugs["reasoning_contract"] == 0.0
-    assert result.reward == pytest.approx(0.85)

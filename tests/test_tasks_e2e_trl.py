@@ -1,0 +1,40 @@
+"""End to end on a TRL task and on generated tasks (a second xdist group, run beside the first)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from checker.tasks.build import build_task
+from checker.tasks.generate import generate_task
+from checker.tasks.runner import run_trial
+from checker.tasks.spec import load_task, load_tasks
+
+pytestmark = pytest.mark.xdist_group("tasks-e2e-trl")
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_generated_task_verifies(tmp_path, seed):
+    folder = generate_task(seed, 2, tmp_path / "specs")
+    built = build_task(load_task(folder), tmp_path / "built")
+    assert run_trial(built, "oracle").reward == 1.0
+    shutil.rmtree(built)
+
+
+def test_trio_restoring_upstream_decode_loses_the_reasoning_contract(tmp_path):
+    """The SkillsBench failure mode: reverting the fork's decode to TRL's batch_decode."""
+    (spec,) = load_tasks(ids=["trl-skillsbench-trio"])
+    built = build_task(spec, tmp_path)
+    trainer = "trl/trl/trainer/grpo_trainer.py"
+    agent = (
+        f"GRPO_TASK_WORKSPACE=. bash {built}/solution/solve.sh && sed -i "
+        "'s/completions = decode_and_strip_reasoning(self.processing_class, completion_ids)/"
+        "completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)/' "
+        f"{trainer}"
+    )
+    result = run_trial(built, agent)
+    assert result.bugs["advantage_epsilon"] == 1.0 and result.bugs["logprob_sign"] == 1.0
+    assert result.bugs["decode_blanks_plain"] == 1.0
+    assert result.bugs["reasoning_contract"] == 0.0
+    assert result.reward == pytest.approx(0.85)
