@@ -317,26 +317,75 @@ def test_loss_end_to_end(run, scorer):
         )
 
 
-def test_fixture_tells_loss_types_apart(run):
-    """Every other loss_type misses TRL's loss by far more than the tolerance, so the parity above
-    is not a coincidence. dapo and bnpo agree exactly when one micro-batch is the whole generation
-    batch (facts 9), a true identity that is skipped."""
-    one_micro_batch = run.capture.args.steps_per_generation == 1
-    for other in LOSS_TYPES:
-        if other == run.capture.args.loss_type or (
-            one_micro_batch and {other, run.capture.args.loss_type} == {"dapo", "bnpo"}
-        ):
-            continue
+def _loss_variants(args, off_policy: bool) -> dict[str, dict]:
+    """`compute_loss` keyword changes that the fixture must tell apart from TRL's config.
+
+    True identities are not variants: dapo and bnpo agree exactly when one micro-batch is the
+    whole generation batch (facts 9), and on policy the sequence-level ratio has the token-level
+    gradient (each token gets -A/N either way)."""
+    one_micro_batch = args.steps_per_generation == 1
+    variants = {
+        f"loss_type={other}": {"loss_type": other}
+        for other in LOSS_TYPES
+        if other != args.loss_type
+        and not (one_micro_batch and {other, args.loss_type} == {"dapo", "bnpo"})
+    }
+    if off_policy:
+        other_level = "sequence" if args.importance_sampling_level == "token" else "token"
+        variants[f"importance_sampling_level={other_level}"] = {
+            "importance_sampling_level": other_level
+        }
+    if args.delta is not None:
+        variants["delta=None"] = {"delta": None}
+    if args.epsilon_high is not None:
+        variants["epsilon_high=None"] = {"epsilon_high": None}
+    if args.beta != 0.0:
+        variants["beta=0"] = {"beta": 0.0}
+        flipped = not args.use_bias_correction_kl
+        variants[f"use_bias_correction_kl={flipped}"] = {"use_bias_correction_kl": flipped}
+    return variants
+
+
+def test_fixture_tells_loss_options_apart(run):
+    """Each other loss_type, and each option of this config switched off or flipped, misses TRL's
+    loss or dL/dlogp by over 100x the tolerance: the parity above is not a coincidence of the data
+    (on policy, for instance, the KL bias correction changes the gradient but not the loss)."""
+    args = run.capture.args
+    for variant, change in _loss_variants(args, run.off_policy).items():
         worst = 0.0
         for step in run.capture.micro_steps:
-            kwargs = {**protocol_loss_kwargs(run.capture.args, step.inputs), "loss_type": other}
+            leaf = step.per_token_logps.clone().requires_grad_(True)
+            kwargs = {**protocol_loss_kwargs(args, step.inputs), **change}
             loss = compute_loss(
-                step.per_token_logps,
-                step.inputs["advantages"],
-                step.inputs["completion_mask"],
-                **kwargs,
+                leaf, step.inputs["advantages"], step.inputs["completion_mask"], **kwargs
             )
-            worst = max(worst, (loss - step.loss).abs().item())
-        assert worst > 100 * LOSS_ATOL, (
-            f"{other} is within {worst:.3g} of TRL's {run.capture.args.loss_type}"
+            (grad,) = torch.autograd.grad(loss, leaf)
+            loss_miss = (loss.detach() - step.loss).abs().item() / LOSS_ATOL
+            grad_miss = (grad - step.grad).abs().max().item() / GRAD_ATOL
+            worst = max(worst, loss_miss, grad_miss)
+        assert worst > 100, f"{variant} is within {worst:.3g} tolerances of TRL's {args.loss_type}"
+
+
+def test_fixture_tells_advantage_and_temperature_options_apart(run, scorer):
+    """Another scale_rewards moves the advantages, and scoring at T = 1 moves the log-probs,
+    by over 100x their tolerances (a missing / T is TRL #3029)."""
+    args = run.capture.args
+    generation = run.capture.generations[0]
+    rewards = combine_rewards(generation.rewards_per_func, args.reward_weights)
+    for other in {"group", "batch", "none"} - {args.scale_rewards}:
+        wrong = compute_advantages(rewards, args.num_generations, other)
+        miss = (wrong - generation.batch["advantages"]).abs().max().item()
+        assert miss > 100 * ADVANTAGE_ATOL, f"scale_rewards={other} is within {miss:.3g}"
+    if args.temperature != 1.0:
+        step = run.capture.micro_steps[0]
+        inputs = step.inputs
+        untempered = scorer.logps(
+            step.weights,
+            inputs["prompt_ids"],
+            inputs["prompt_mask"],
+            inputs["completion_ids"],
+            inputs["completion_mask"],
+            1.0,
         )
+        miss = _max_diff(untempered, step.per_token_logps, inputs["completion_mask"])
+        assert miss > 100 * LOGP_ATOL, f"scoring at T = 1 is within {miss:.3g}"
