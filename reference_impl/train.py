@@ -357,8 +357,9 @@ def train(
         }
 
         # 2. Decode and reward: tokens up to the first EOS; the reward sees the answer after any
-        #    reasoning block.
-        mask = completion_mask(completion_ids, eos_ids, config.mask_truncated_completions)
+        #    reasoning block. Truncated rows are scored too, even when mask_truncated_completions
+        #    later drops them from the loss (TRL decodes before it masks, gt:L2247 and gt:L2488).
+        mask = completion_mask(completion_ids, eos_ids)
         id_lists = [
             ids[row_mask.bool()].tolist()
             for ids, row_mask in zip(completion_ids, mask, strict=True)

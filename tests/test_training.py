@@ -37,11 +37,6 @@ def test_off_policy_kl_and_temperature_variant_learns():
     assert end >= 0.5 and end > start + 0.4, f"reward {start:.2f} -> {end:.2f}: {result.rewards}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reference_impl/train.py builds the reward's completion ids from the truncation-masked "
-    "mask, so truncated rows are scored as empty; TRL decodes them before masking (gt:L2247, L2488)",
-)
 def test_truncated_completions_are_still_scored(monkeypatch):
     """`mask_truncated_completions` removes truncated rows from the loss only: TRL decodes and
     scores every completion (cut after its first EOS) before it zeroes their mask, and their
