@@ -14,7 +14,7 @@ from rich.console import Console
 
 from checker import __version__
 from checker.candidate import TargetError, resolve_target
-from checker.checks import CheckResult, all_checks
+from checker.checks import CheckResult
 from checker.diagnosis import diagnose
 from checker.mutants import STAGES
 from checker.report import print_table, to_json, write_junit
@@ -35,7 +35,7 @@ def run_check(
 ) -> tuple[str, list[CheckResult], dict | None]:
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
     spec = resolve_target(target, kind)
-    results = run_isolated(spec, all_checks(stages), seed, timeout, workers, log)
+    results = run_isolated(spec, stages, seed, timeout, workers, log)
     return spec.kind, results, diagnose(results)
 
 
@@ -97,7 +97,7 @@ def check(
         )
     except (TargetError, CandidateLoadError) as error:
         status.stop()
-        err.print(f"grpo-check: {error}", markup=False, highlight=False)
+        click.echo(f"grpo-check: {error}", err=True)  # one unwrapped line, whatever the terminal
         sys.exit(2)
     status.stop()
     if junit_xml:

@@ -36,10 +36,15 @@ def diagnose(results: list[CheckResult]) -> dict | None:
     ] or ordered[:1]
     explained = [s for s in ordered if s not in roots]
     counts = {s: sum(r.stage == s for r in failing) for s in ordered}
-    summary = "fix " + " and ".join(f"`{s}` first ({counts[s]} failing)" for s in roots)
+    if len(roots) == 1:
+        summary = f"fix `{roots[0]}` first ({counts[roots[0]]} failing)"
+    else:
+        listed = ", ".join(f"`{s}` ({counts[s]} failing)" for s in roots)
+        summary = f"{len(roots)} stages fail on their own evidence: {listed}"
     if explained:
         summary += "; the failures in " + ", ".join(f"`{s}`" for s in explained)
-        summary += " depend on it and are likely knock-on effects"
+        summary += " depend on " + ("it" if len(roots) == 1 else "them")
+        summary += " and are likely knock-on effects"
     return {
         "root_stages": roots,
         "explained_stages": explained,

@@ -41,33 +41,46 @@ def to_json(
 def print_table(
     console: Console, target: str, results: list[CheckResult], diagnosis: dict | None
 ) -> None:
+    """A per-stage table of counts, then one line per failure and error: expected, seen, likely
+    cause, where in the candidate, and which section of the skill's playbook explains the rule."""
     counts = summary(results)
-    if diagnosis:
-        console.print(Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red"))
-        for reference in diagnosis["references"]:
-            console.print(f"  see {reference}")
-    table = Table(title=f"grpo-check {target}", show_lines=False, expand=False)
+    table = Table(title=f"grpo-check {target}", title_justify="left")
     table.add_column("stage", style="cyan", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("detail", overflow="fold")
+    for status in ("pass", "fail", "error", "skip"):
+        table.add_column(status, justify="right", style=STYLE[status], no_wrap=True)
+    table.add_column("failing checks / why skipped", overflow="fold")
     for stage in STAGES:
         rows = [r for r in results if r.stage == stage]
-        for index, result in enumerate(rows):
-            detail = Text("" if result.status == "pass" else result.message)
-            if result.status in ("fail", "error"):
-                if result.location:
-                    detail.append(f"\nat {result.location}", style="yellow")
-                detail.append(f"\nsee {PLAYBOOK}#{stage}", style="dim")
-            table.add_row(
-                stage if index == 0 else "",
-                result.check.split(".", 1)[1],
-                Text(result.status, style=STYLE[result.status]),
-                detail,
-                end_section=index == len(rows) - 1,
-            )
+        if not rows:
+            continue
+        stage_counts = summary(rows)
+        bad = [r.check.split(".", 1)[1] for r in rows if r.status in ("fail", "error")]
+        skipped = sorted({r.message for r in rows if r.status == "skip"})
+        note = ", ".join(bad) if bad else ("; ".join(skipped) if skipped else "")
+        root = diagnosis and stage in diagnosis["root_stages"]
+        table.add_row(
+            Text(stage + (" <- root" if root else ""), style="bold red" if root else "cyan"),
+            *(
+                str(stage_counts[s]) if stage_counts[s] else ""
+                for s in ("pass", "fail", "error", "skip")
+            ),
+            Text(note, style="red" if bad else "dim"),
+        )
     console.print(table)
-    verdict = "all checks that ran passed" if counts["fail"] + counts["error"] == 0 else "FAILED"
+    failures = [r for r in results if r.status in ("fail", "error")]
+    if failures:
+        console.print(Text("Failures (expected, seen: likely cause  [where]  see)", style="bold"))
+    for result in failures:
+        line = Text(f"{result.status.upper()} ", style=STYLE[result.status])
+        line.append(f"{result.check}: ", style="bold")
+        line.append(result.message)
+        if result.location:
+            line.append(f"  [{result.location}]", style="yellow")
+        line.append(f"  see {PLAYBOOK}#{result.stage}", style="dim")
+        console.print(line)
+    if diagnosis:
+        console.print(Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red"))
+    verdict = "all checks that ran passed" if not failures else "FAILED"
     console.print(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
         f"{counts['skip']} skipped: {verdict}"

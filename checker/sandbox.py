@@ -2,7 +2,7 @@
 
 Parent side: `run_isolated` starts up to two workers (`python -m checker.sandbox`): one for the
 tensor-only checks and one for the checks that need transformers and the tiny model, so the two
-imports overlap on two cores. Each worker imports torch and the candidate once and runs its checks
+imports overlap on two cores (the parent itself never imports torch). Each worker imports torch and the candidate once and runs its checks
 in turn, announcing each one before it starts. A check that outlives `timeout` has its worker
 killed; a worker that dies (os._exit, a segfault) takes only the current check with it: both are
 reported as `error` and a fresh worker continues with the remaining checks.
@@ -27,8 +27,15 @@ from dataclasses import asdict
 
 from checker.candidate import CandidateSpec, TargetError, load_candidate
 from checker.checks import Check, CheckResult, all_checks, run_one
+from checker.mutants import STAGES
 
 STARTUP_TIMEOUT = 180.0  # importing torch + transformers + the candidate on a busy machine
+# Which stages hold light (tensor-only) and heavy (tiny-model) checks; a test keeps this in step
+# with the registry. It lets the parent skip a worker that would have nothing to run.
+GROUP_STAGES = {
+    "light": set(STAGES) - {"generation", "reference_model", "update"},
+    "heavy": {"logprobs", "generation", "reference_model", "update"},
+}
 OFFLINE = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -52,25 +59,28 @@ def run_in_process(spec: CandidateSpec, checks: list[Check], seed: int) -> list[
 
 def run_isolated(
     spec: CandidateSpec,
-    checks: list[Check],
+    stages: tuple[str, ...] | list[str],
     seed: int,
     timeout: float,
     workers: int = 2,
     log: Callable[[str], None] = lambda _: None,
 ) -> list[CheckResult]:
-    """Run the checks in child processes; results in the order of `checks`."""
-    light = [c for c in checks if not c.heavy]
-    heavy = [c for c in checks if c.heavy]
-    batches = [light, heavy] if workers > 1 and light and heavy else [light + heavy]
-    outcomes: list[tuple[dict[str, CheckResult], str | None]] = [({}, None)] * len(batches)
+    """Run the checks of `stages` (all when empty) in child processes, in pipeline order.
 
-    def drive(index: int, batch: list[Check]) -> None:
-        outcomes[index] = _Worker(spec, batch, seed, timeout, log).run()
+    The parent never imports torch or the checks: each child selects its own share ("light",
+    "heavy" or "all"), so two children start at once and the parent stays light.
+    """
+    chosen = set(stages) or set(STAGES)
+    groups = ["light", "heavy"] if workers > 1 else ["all"]
+    groups = [g for g in groups if g == "all" or chosen & GROUP_STAGES[g]]
+    outcomes: list[tuple[dict[str, CheckResult], str | None]] = [({}, None)] * len(groups)
+
+    def drive(index: int, group: str) -> None:
+        outcomes[index] = _Worker(spec, list(stages), group, seed, timeout, log).run()
 
     threads = [
-        threading.Thread(target=drive, args=(i, batch), daemon=True)
-        for i, batch in enumerate(batches)
-        if batch
+        threading.Thread(target=drive, args=(i, group), daemon=True)
+        for i, group in enumerate(groups)
     ]
     for thread in threads:
         thread.start()
@@ -82,20 +92,30 @@ def run_isolated(
     results: dict[str, CheckResult] = {}
     for found, _ in outcomes:
         results.update(found)
-    return [results[c.name] for c in checks if c.name in results]
+    return sorted(results.values(), key=lambda r: r.order)
+
+
+def select_checks(stages: list[str], group: str, skip: list[str]) -> list[Check]:
+    """The checks a child runs: its group's share of `stages`, minus those already reported."""
+    chosen = [c for c in all_checks(stages) if c.name not in skip]
+    if group == "light":
+        return [c for c in chosen if not c.heavy]
+    if group == "heavy":
+        return [c for c in chosen if c.heavy]
+    return chosen
 
 
 class _Worker:
-    """One child process at a time for a list of checks; restarted after a hang or a crash."""
+    """One child process at a time for one group of checks; restarted after a hang or a crash."""
 
-    def __init__(self, spec, checks, seed, timeout, log):
-        self.spec, self.seed, self.timeout, self.log = spec, seed, timeout, log
-        self.checks = {c.name: c for c in checks}
-        self.remaining = [c.name for c in checks]
+    def __init__(self, spec, stages, group, seed, timeout, log):
+        self.spec, self.stages, self.group = spec, stages, group
+        self.seed, self.timeout, self.log = seed, timeout, log
         self.results: dict[str, CheckResult] = {}
+        self.finished = False
 
     def run(self) -> tuple[dict[str, CheckResult], str | None]:
-        while self.remaining:
+        while not self.finished:
             fatal = self._one_process()
             if fatal:
                 return self.results, fatal
@@ -114,8 +134,13 @@ class _Worker:
             env=env,
             text=True,
         )
-        job = {"spec": asdict(self.spec), "seed": self.seed, "checks": self.remaining}
-        job["warm"] = any(self.checks[name].heavy for name in self.remaining)
+        job = {
+            "spec": asdict(self.spec),
+            "seed": self.seed,
+            "stages": self.stages,
+            "group": self.group,
+            "skip": sorted(self.results),
+        }
         process.stdin.write(json.dumps(job) + "\n")
         process.stdin.flush()
         lines: queue.Queue = queue.Queue()
@@ -129,7 +154,7 @@ class _Worker:
             stderr.close()
 
     def _converse(self, process, lines: queue.Queue, stderr) -> str | None:
-        current: str | None = None
+        current: dict | None = None
         deadline = time.monotonic() + STARTUP_TIMEOUT
         ready = False
         while True:
@@ -145,40 +170,41 @@ class _Worker:
                 code = process.wait()
                 if not ready:
                     return f"{self.spec.target}: the process died while loading the candidate (exit code {code}){_last_line(stderr)}"
-                if current:
-                    self._record_error(
-                        current,
-                        f"the candidate ended the process (exit code {code}) during this check",
-                    )
+                self._record_error(
+                    current, f"the candidate ended the process (exit code {code}) during this check"
+                )
                 return None
             message = json.loads(line)
             if "fatal" in message:
                 return message["fatal"]
             if "ready" in message:
                 ready = True
-                deadline = time.monotonic() + STARTUP_TIMEOUT
             elif "start" in message:
                 current = message["start"]
                 deadline = time.monotonic() + self.timeout
-                self.log(current)
+                self.log(current["check"])
             elif "result" in message:
                 result = CheckResult(**message["result"])
                 result.depends_on = tuple(result.depends_on)
                 self.results[result.check] = result
-                self.remaining.remove(result.check)
                 current = None
                 deadline = time.monotonic() + STARTUP_TIMEOUT
             elif "done" in message:
+                self.finished = True
                 return None
 
-    def _record_error(self, name: str | None, message: str) -> None:
-        if name is None:
+    def _record_error(self, current: dict | None, message: str) -> None:
+        if current is None:  # between checks: nothing to blame, the next child continues
             return
-        chk = self.checks[name]
-        self.results[name] = CheckResult(
-            name, chk.stage, "error", message, None, self.timeout, chk.depends_on
+        self.results[current["check"]] = CheckResult(
+            current["check"],
+            current["stage"],
+            "error",
+            message,
+            seconds=self.timeout,
+            depends_on=tuple(current["depends_on"]),
+            order=current["order"],
         )
-        self.remaining.remove(name)
 
 
 def _pump(stream, lines: queue.Queue) -> None:
@@ -216,17 +242,25 @@ def main() -> None:
     except TargetError as error:
         send({"fatal": str(error)})
         return
-    checks = {c.name: c for c in all_checks()}
-    if job.get("warm"):
+    checks = select_checks(job["stages"], job["group"], job["skip"])
+    if any(c.heavy for c in checks):
         from checker import fixtures
 
         fixtures.tiny_model()  # load transformers and the model before any watchdog starts
     send({"ready": sorted(candidate.functions)})
-    for name in job["checks"]:
-        send({"start": name})
-        result = run_one(checks[name], candidate, job["seed"])
-        payload = asdict(result)
-        payload["depends_on"] = list(result.depends_on)
+    for chk in checks:
+        send(
+            {
+                "start": {
+                    "check": chk.name,
+                    "stage": chk.stage,
+                    "depends_on": list(chk.depends_on),
+                    "order": chk.order,
+                }
+            }
+        )
+        payload = asdict(run_one(chk, candidate, job["seed"]))
+        payload["depends_on"] = list(payload["depends_on"])
         send({"result": payload})
     send({"done": True})
 

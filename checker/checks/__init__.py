@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from checker.mutants import STAGES
 
@@ -67,6 +67,7 @@ class Check:
     needs: tuple[str, ...]
     depends_on: tuple[str, ...] = ()
     heavy: bool = False  # needs transformers and the tiny model (runs in the second worker)
+    order: int = 0  # position in pipeline order, so results from two workers merge in order
 
     @property
     def rule(self) -> str:
@@ -82,6 +83,7 @@ class CheckResult:
     location: str | None = None
     seconds: float = 0.0
     depends_on: tuple[str, ...] = field(default_factory=tuple)
+    order: int = 0
 
     def to_json(self) -> dict:
         item = {"check": self.check, "stage": self.stage, "status": self.status}
@@ -119,8 +121,10 @@ def all_checks(stages: tuple[str, ...] | list[str] = ()) -> list[Check]:
     for module in STAGE_MODULES:
         importlib.import_module(f"checker.checks.{module}")
     chosen = [c for c in REGISTRY.values() if not stages or c.stage in stages]
-    order = {stage: i for i, stage in enumerate(STAGES)}
-    return sorted(chosen, key=lambda c: order[c.stage])
+    rank = {stage: i for i, stage in enumerate(STAGES)}
+    names = list(REGISTRY)
+    ordered = sorted(chosen, key=lambda c: (rank[c.stage], names.index(c.name)))
+    return [replace(c, order=rank[c.stage] * 1000 + names.index(c.name)) for c in ordered]
 
 
 def run_one(chk: Check, candidate, seed: int) -> CheckResult:
@@ -129,7 +133,7 @@ def run_one(chk: Check, candidate, seed: int) -> CheckResult:
 
     started = time.perf_counter()
     missing = [name for name in chk.needs if name not in candidate.functions]
-    result = CheckResult(chk.name, chk.stage, "pass", depends_on=chk.depends_on)
+    result = CheckResult(chk.name, chk.stage, "pass", depends_on=chk.depends_on, order=chk.order)
     location_function = chk.needs[0] if chk.needs else None
     if missing:
         result.status = "skip"

@@ -1,0 +1,112 @@
+"""Correct candidates are never flagged; the diagnosis names the root stage; YAML conventions work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checker.candidate import PROTOCOL_DEFAULTS, CandidateSpec, TargetError, resolve_target
+from checker.checks import CheckResult, all_checks
+from checker.diagnosis import diagnose
+from checker.sandbox import run_in_process
+
+REPO = Path(__file__).resolve().parent.parent
+ALT = REPO / "tests" / "alt_impls"
+SEED = 1234
+
+
+def _run(target: str | Path, stages: tuple[str, ...] = ()) -> list[CheckResult]:
+    return run_in_process(resolve_target(str(target)), all_checks(stages), SEED)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        REPO / "reference_impl" / "__init__.py",
+        ALT / "loop_grpo.py",
+        ALT / "vectorised_grpo.yaml",
+        ALT / "conventions_grpo.yaml",
+    ],
+    ids=["reference", "loop", "vectorised-renamed", "declared-conventions"],
+)
+def test_correct_implementation_has_zero_failures(target):
+    results = _run(target)
+    bad = [(r.check, r.message) for r in results if r.status in ("fail", "error")]
+    assert not bad
+    assert sum(r.status == "pass" for r in results) >= 19
+
+
+def test_declared_conventions_are_compared_not_flagged():
+    results = {r.check: r for r in _run(ALT / "conventions_grpo.yaml")}
+    # its own conventions are checked against the reference configured the same way...
+    assert results["advantages.matches_reference"].status == "pass"
+    assert results["loss_aggregation.own_loss_type_matches_formula"].status == "pass"
+    assert results["kl.loss_kl_gradient"].status == "pass"
+    # ...and what needs a keyword it does not take is skipped with the reason
+    skipped = results["clipping.delta_caps_unclipped_ratio"]
+    assert skipped.status == "skip" and "does not take delta" in skipped.message
+
+
+def test_the_same_conventions_undeclared_are_flagged():
+    spec = resolve_target(str(ALT / "conventions_grpo.yaml"))
+    spec.config = {}  # now it claims TRL's defaults (dapo, bias-corrected KL, group scaling)
+    results = {r.check: r for r in run_in_process(spec, all_checks(), SEED)}
+    assert results["advantages.matches_reference"].status == "fail"
+    assert "not divided by the std" in results["advantages.matches_reference"].message
+    aggregation = results["loss_aggregation.own_loss_type_matches_formula"]
+    assert (
+        aggregation.status == "fail"
+        and "loss_type looks like grpo, not dapo" in aggregation.message
+    )
+
+
+def test_trl_alias_epsilon_and_unknown_keys(tmp_path):
+    (tmp_path / "c.yaml").write_text("module: m\nconfig: {epsilon: 0.3, loss_type: bnpo}\n")
+    spec = resolve_target(str(tmp_path / "c.yaml"))
+    assert spec.config == {"epsilon_low": 0.3, "loss_type": "bnpo"}
+    assert set(spec.config) <= set(PROTOCOL_DEFAULTS)
+    with pytest.raises(TargetError, match="trl: not a TRL source tree|no such file"):
+        resolve_target(str(tmp_path / "nothing.yaml"))
+
+
+def _result(stage: str, status: str, depends_on: tuple[str, ...] = ()) -> CheckResult:
+    return CheckResult(f"{stage}.x{id(depends_on)}", stage, status, depends_on=depends_on)
+
+
+def test_diagnosis_blames_the_stage_with_independent_evidence():
+    results = [
+        _result("ratio", "fail"),
+        _result("clipping", "fail", ("ratio",)),
+        _result("update", "fail", ("ratio", "clipping")),
+    ]
+    assert diagnose(results)["root_stages"] == ["ratio"]
+    assert diagnose(results)["explained_stages"] == ["clipping", "update"]
+
+
+def test_diagnosis_clears_a_stage_whose_own_checks_pass():
+    # clipping's checks all depend on ratio, but ratio's independent checks pass: clipping is root
+    results = [
+        _result("ratio", "pass"),
+        _result("ratio", "fail", ("clipping",)),
+        _result("clipping", "fail", ("ratio",)),
+    ]
+    assert diagnose(results)["root_stages"] == ["clipping"]
+    assert diagnose([_result("kl", "pass")]) is None
+
+
+def test_unknown_kind_and_folder_targets_are_rejected(tmp_path):
+    with pytest.raises(TargetError, match="unknown --kind"):
+        resolve_target("x.py", "jax")
+    with pytest.raises(TargetError, match="a folder"):
+        resolve_target(str(tmp_path))
+    assert resolve_target("trl").kind == "trl"
+    assert isinstance(resolve_target("checker.examples.buggy_grpo"), CandidateSpec)
+
+
+def test_worker_groups_match_the_registry():
+    from checker.sandbox import GROUP_STAGES
+
+    checks = all_checks()
+    assert {c.stage for c in checks if c.heavy} == GROUP_STAGES["heavy"]
+    assert {c.stage for c in checks if not c.heavy} == GROUP_STAGES["light"]
