@@ -18,7 +18,7 @@ list with, per tree, the failing checks and the diagnosis.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import os
 import shutil
@@ -96,7 +96,8 @@ def check_tree(tree: str) -> dict:
 
 
 def installed_trl() -> Path:
-    return Path(importlib.util.find_spec("trl").submodule_search_locations[0])
+    """The `trl` package on sys.path (PathFinder ignores an already imported, maybe mutated, trl)."""
+    return Path(importlib.machinery.PathFinder.find_spec("trl").submodule_search_locations[0])
 
 
 def mutated_copy(mutant, parent: Path) -> Path:
@@ -193,6 +194,7 @@ def test_stock_trl_passes_every_check(tmp_path_factory):
 )
 def test_mutant_is_detected_and_localised(mutant, tmp_path_factory):
     report = batch_reports(batch_of(MUTANTS.index(mutant)), tmp_path_factory)[mutant.id]
+    assert f"/{mutant.id}" in report["trl"], report["trl"]  # the mutated copy was the TRL driven
     failing = report["failing"]
     assert failing, f"{mutant.id} ({mutant.description}) was not detected"
     assert any(r["stage"] == mutant.stage for r in failing), failing
