@@ -79,7 +79,8 @@ def _aggregate(
         return masked.sum() / mask.sum().clamp(min=1.0)
     if loss_type == "dr_grpo":
         # a constant normaliser B * L_max removes the length bias (Dr. GRPO, arXiv:2503.20783)
-        length = per_token_loss.size(-1) if max_completion_length is None else max_completion_length
+        # T from the mask: with sequence-level ratios and beta = 0 the per-token loss is [B, 1]
+        length = mask.size(-1) if max_completion_length is None else max_completion_length
         return masked.sum() / (mask.size(0) * length)
     # dapo, cispo: token mean over the whole generation batch (DAPO, arXiv:2503.14476)
     num_items = mask.sum() if num_items_in_batch is None else num_items_in_batch

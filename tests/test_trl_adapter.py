@@ -181,15 +181,7 @@ def _loss_and_grad(compute_loss, inputs, loss_type, regime):
 
 @pytest.mark.parametrize("regime", list(REGIMES))
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_compute_loss_matches_reference(loss_inputs, loss_type, regime, request):
-    if loss_type == "dr_grpo" and regime == "sequence_level":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="reference_impl dr_grpo takes T from per_token_loss.size(-1), which is 1 at "
-                "sequence level; TRL uses max_completion_length (protocol: None means T)",
-            )
-        )
+def test_compute_loss_matches_reference(loss_inputs, loss_type, regime):
     loss, gradient = _loss_and_grad(adapter.compute_loss, loss_inputs, loss_type, REGIMES[regime])
     expected_loss, expected_gradient = _loss_and_grad(
         reference.compute_loss, loss_inputs, loss_type, REGIMES[regime]
