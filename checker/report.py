@@ -77,9 +77,10 @@ def print_table(
         if result.location:
             line.append(f"  [{result.location}]", style="yellow")
         line.append(f"  see {PLAYBOOK}#{result.stage}", style="dim")
-        console.print(line)
+        console.print(line, soft_wrap=True)  # one line per failure: greppable, never re-wrapped
     if diagnosis:
-        console.print(Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red"))
+        text = Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red")
+        console.print(text, soft_wrap=True)
     verdict = "all checks that ran passed" if not failures else "FAILED"
     console.print(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
