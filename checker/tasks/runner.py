@@ -129,7 +129,10 @@ def run_trial(
         shutil.copy(built / "instruction.md", instruction)
         if skill:
             install_skill_into(workspace)
-        before = guarded_digests(guarded_root)
+        # Only an outside agent is watched: oracle and nop are ours, and guarding them would turn
+        # a colleague's edit of checker/ during a long verify into a false "tampered".
+        watched = agent not in BUILTIN_AGENTS
+        before = guarded_digests(guarded_root) if watched else {}
         env_vars = {"GRPO_TASK_WORKSPACE": str(workspace), "GRPO_TASK_PYTHON": sys.executable}
 
         status, detail = "ok", ""
@@ -147,7 +150,7 @@ def run_trial(
         elif agent != "nop":
             status, detail = run_agent(agent, workspace, instruction, timeout)
 
-        if guarded_digests(guarded_root) != before:
+        if watched and guarded_digests(guarded_root) != before:
             return _finish(
                 TrialResult(task_id, agent, condition, trial, 0.0, status="tampered"),
                 started,

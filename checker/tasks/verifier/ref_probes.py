@@ -130,6 +130,13 @@ def _(ns):
     return ns.selective_log_softmax(logits, index, temperature=0.7)
 
 
+@probe("logprobs.large_logits", "logprobs")
+def _(ns):
+    """Logits of a few hundred must not overflow: log-softmax is computed stably."""
+    logits, index = _logits_case(4)
+    return ns.selective_log_softmax(logits * 300, index)
+
+
 @probe("logprobs.completion", "logprobs")
 def _(ns):
     g = _gen(3)
@@ -228,6 +235,12 @@ def _(ns):
     )
 
 
+@probe("clipping.sapo", "clipping")
+def _(ns):
+    logps, mask, adv, old = _loss_case(23, offset=0.8)
+    return _loss_and_grad(ns, logps, mask, adv, old_per_token_logps=old, loss_type="sapo")
+
+
 # --- kl -----------------------------------------------------------------------------------------
 @probe("kl.per_token", "kl")
 def _(ns):
@@ -248,6 +261,15 @@ def _(ns):
     ref = logps - 0.3
     return _loss_and_grad(
         ns, logps, mask, adv, old_per_token_logps=old, ref_per_token_logps=ref, beta=0.1
+    )
+
+
+@probe("kl.bias_correction_outside_band", "kl")
+def _(ns):
+    """The KL is weighted by the unclipped ratio, also where the surrogate is clipped."""
+    logps, mask, adv, old = _loss_case(34, offset=0.8)
+    return _loss_and_grad(
+        ns, logps, mask, adv, old_per_token_logps=old, ref_per_token_logps=logps - 0.3, beta=0.1
     )
 
 
@@ -303,6 +325,15 @@ def _(ns):
     return _aggregation(ns, 45, loss_type="sapo")
 
 
+@probe("loss_aggregation.empty_row", "loss_aggregation")
+def _(ns):
+    """A row whose mask is all zero (a filtered completion) counts as 0, never NaN."""
+    logps, mask, adv, _ = _loss_case(47, offset=None)
+    mask = mask.clone()
+    mask[1] = 0
+    return [_loss_and_grad(ns, logps, mask, adv, loss_type=t) for t in ("grpo", "sapo", "bnpo")]
+
+
 @probe("loss_aggregation.per_token_advantages", "loss_aggregation")
 def _(ns):
     logps, mask, adv, _ = _loss_case(46, offset=None, per_token_adv=True)
@@ -335,7 +366,7 @@ def _(ns):
 
 
 # --- generation ---------------------------------------------------------------------------------
-def _greedy(ns, weight_scale: float):
+def _greedy(ns, weight_scale: float, eos_token_ids=(1,), temperature: float = 1e-4):
     model = _tiny(1, weight_scale).eval()
     prompt_ids = torch.tensor([[0, 3, 13], [5, 6, 13], [9, 9, 13]])
     prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1], [1, 1, 1]])
@@ -346,9 +377,9 @@ def _greedy(ns, weight_scale: float):
         prompt_mask,
         num_generations=3,
         max_completion_length=5,
-        eos_token_ids=[1],
+        eos_token_ids=list(eos_token_ids),
         pad_token_id=0,
-        temperature=1e-4,
+        temperature=temperature,
     )
 
 
@@ -363,6 +394,21 @@ def _(ns):
 def _(ns):
     """A near-uniform model at temperature 1e-4 still gives G identical rows; at 1 it would not."""
     return _greedy(ns, weight_scale=1.0)
+
+
+@probe("generation.every_eos_id_stops", "generation")
+def _(ns):
+    """Generation stops at any id of the EOS set (11 is this model's second token for prompt 0)."""
+    return _greedy(ns, weight_scale=8.0, eos_token_ids=(1, 11))
+
+
+@probe("generation.samples", "generation")
+def _(ns):
+    """At temperature 1 a near-uniform model gives G different completions of one prompt."""
+    completions = _greedy(ns, weight_scale=1.0, temperature=1.0)
+    return [
+        len({tuple(row.tolist()) for row in completions[g * 3 : g * 3 + 3]}) > 1 for g in range(3)
+    ]
 
 
 # --- reference_model ----------------------------------------------------------------------------
