@@ -243,7 +243,7 @@ def main() -> None:
         send({"fatal": str(error)})
         return
     checks = select_checks(job["stages"], job["group"], job["skip"])
-    if any(c.heavy for c in checks):
+    if any(c.heavy and set(c.needs) <= set(candidate.functions) for c in checks):
         from checker import fixtures
 
         fixtures.tiny_model()  # load transformers and the model before any watchdog starts
