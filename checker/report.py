@@ -44,6 +44,9 @@ def print_table(
     """A per-stage table of counts, then one line per failure and error: expected, seen, likely
     cause, where in the candidate, and which section of the skill's playbook explains the rule."""
     counts = summary(results)
+    if diagnosis:  # first: the one stage to look at before reading anything else
+        text = Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red")
+        console.print(text, soft_wrap=True)
     table = Table(title=f"grpo-check {target}", title_justify="left")
     table.add_column("stage", style="cyan", no_wrap=True)
     for status in ("pass", "fail", "error", "skip"):
@@ -78,9 +81,6 @@ def print_table(
             line.append(f"  [{result.location}]", style="yellow")
         line.append(f"  see {PLAYBOOK}#{result.stage}", style="dim")
         console.print(line, soft_wrap=True)  # one line per failure: greppable, never re-wrapped
-    if diagnosis:
-        text = Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red")
-        console.print(text, soft_wrap=True)
     verdict = "all checks that ran passed" if not failures else "FAILED"
     console.print(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
