@@ -110,3 +110,14 @@ def test_worker_groups_match_the_registry():
     checks = all_checks()
     assert {c.stage for c in checks if c.heavy} == GROUP_STAGES["heavy"]
     assert {c.stage for c in checks if not c.heavy} == GROUP_STAGES["light"]
+
+
+def test_buggy_example_has_its_three_bugs_localised():
+    results = _run(REPO / "checker" / "examples" / "buggy_grpo.py")
+    diagnosis = diagnose(results)
+    assert diagnosis["root_stages"] == ["advantages", "logprobs", "kl"]
+    assert diagnosis["explained_stages"] == []
+    messages = " ".join(r.message for r in results if r.status == "fail")
+    assert "batch-wide mean" in messages
+    assert "not divided by the temperature" in messages
+    assert "the KL term is subtracted" in messages

@@ -52,14 +52,14 @@ def _next_token_probs(model, prompt_ids: torch.Tensor, temperature: float) -> to
 
 @check("generation", "generate_completions", heavy=True)
 def groups_are_contiguous(ctx: Context) -> None:
-    """With 3 prompts whose next token is nearly certain and distinct, rows g*G .. g*G+G-1 continue prompt g."""
+    """With 3 prompts whose next token is nearly certain (p > 0.99) and distinct, rows g*G .. g*G+G-1 continue prompt g."""
     model = fixtures.tiny_model(logit_scale=40.0).eval()
     candidates = torch.arange(*fixtures.CONTENT_IDS).unsqueeze(1)
     probs = _next_token_probs(model, candidates, 1.0)
     top_prob, top_token = probs.max(-1)
     chosen, seen_tokens = [], set()
     for index in top_prob.argsort(descending=True).tolist():
-        if int(top_token[index]) not in seen_tokens and top_prob[index] > 0.9:
+        if int(top_token[index]) not in seen_tokens and top_prob[index] > 0.99:
             chosen.append(index)
             seen_tokens.add(int(top_token[index]))
         if len(chosen) == 3:
