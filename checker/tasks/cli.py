@@ -19,6 +19,22 @@ def _load(ids: tuple[str, ...], tasks_dir: Path):
         raise click.ClickException(str(error)) from None
 
 
+def _build_errors():
+    """Turn a patch that no longer applies into a one-line error instead of a traceback."""
+    from contextlib import contextmanager
+
+    from checker.mutants import MutantError
+
+    @contextmanager
+    def guard():
+        try:
+            yield
+        except MutantError as error:
+            raise click.ClickException(f"cannot build the task: {error}") from None
+
+    return guard()
+
+
 tasks_dir_option = click.option(
     "--tasks-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -106,7 +122,8 @@ def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir)
             if not pending:
                 click.echo(f"{spec.id}: {trials} trial(s) already recorded, skipped")
                 continue
-            built = build_task(spec, Path(scratch))
+            with _build_errors():
+                built = build_task(spec, Path(scratch))
             for trial in pending:
                 result = run_trial(
                     built, agent, skill=skill, trial=trial, timeout=timeout, keep=out / "trials"
@@ -143,7 +160,9 @@ def export_command(out: Path, fmt: str, skill: bool, task_ids, tasks_dir: Path) 
     """Write every task fully expanded in Harbor's layout under OUT."""
     from checker.tasks.export import export_harbor
 
-    for folder in export_harbor(_load(tuple(task_ids), tasks_dir), out, skill=skill):
+    with _build_errors():
+        folders = export_harbor(_load(tuple(task_ids), tasks_dir), out, skill=skill)
+    for folder in folders:
         click.echo(folder)
 
 

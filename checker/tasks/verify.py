@@ -7,6 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from checker.mutants import MutantError
 from checker.tasks.build import build_task
 from checker.tasks.runner import run_trial
 from checker.tasks.spec import TaskSpec
@@ -14,7 +15,18 @@ from checker.tasks.spec import TaskSpec
 
 def verify_task(spec: TaskSpec, scratch: Path) -> dict:
     """Build `spec`, run oracle and nop, and say whether the task is sound."""
-    built = build_task(spec, scratch)
+    try:
+        built = build_task(spec, scratch)
+    except MutantError as error:  # the source moved under a patch: the task must be updated
+        return {
+            "id": spec.id,
+            "oracle": 0.0,
+            "nop": 0.0,
+            "ok": False,
+            "nop_bugs": {},
+            "seconds": 0.0,
+            "detail": f"cannot build: {error}",
+        }
     oracle = run_trial(built, "oracle")
     nop = run_trial(built, "nop")
     bug_ids = [b.id for b in spec.bugs]
