@@ -13,6 +13,7 @@ Run it: `python -m reference_impl.train --task succ` (see `--help`).
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import random
 import time
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import GenerationConfig
 
 from reference_impl.advantages import SCALE_REWARDS, compute_advantages
 from reference_impl.decode import strip_reasoning
@@ -214,22 +214,44 @@ def generate_completions(
     """
     if not temperature > 0:
         raise GRPOInputError(f"temperature must be > 0, got {temperature}")
-    sampling = GenerationConfig(
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=max_completion_length,
-        pad_token_id=pad_token_id,
-        eos_token_id=list(eos_token_ids),
+    # A plain KV-cache sampling loop: transformers' generate() costs more per call than the
+    # forward passes themselves on a model this small, and this loop says exactly what is sampled.
+    input_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+    attention_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    # Positions count real tokens only, so left padding does not shift them (as generate() does).
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    eos = torch.tensor(list(eos_token_ids), device=input_ids.device)
+    finished = torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
+    # transformers renamed past_key_values to cache (5.2x); use whichever this model takes.
+    cache_kwarg = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     )
-    repeated_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
-    repeated_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    cache, sampled = None, []
     with torch.no_grad():
-        sequences = model.generate(
-            input_ids=repeated_ids, attention_mask=repeated_mask, generation_config=sampling
-        )
-    return sequences[:, prompt_ids.size(1) :]
+        for _ in range(max_completion_length):
+            outputs = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_kwarg: cache},
+            )
+            cache = outputs.get("cache", outputs.get("past_key_values"))
+            # x_t ~ softmax(z_t / T): the same temperature divides the logits when scoring.
+            probs = torch.softmax(outputs.logits[:, -1].float() / temperature, dim=-1)
+            next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+            next_tokens = torch.where(finished, pad_token_id, next_tokens)
+            sampled.append(next_tokens)
+            finished |= torch.isin(next_tokens, eos)
+            if finished.all():
+                break
+            input_ids = next_tokens.unsqueeze(1)
+            position_ids = position_ids[:, -1:] + 1
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones(finished.size(0), 1)], 1
+            )
+    return torch.stack(sampled, dim=1)
 
 
 def make_reference_model(policy: torch.nn.Module) -> torch.nn.Module:
@@ -318,8 +340,11 @@ def train(
     policy, tokenizer = load_tiny(config.tiny)
     eos_ids = list(policy.generation_config.eos_token_id)
     reference = make_reference_model(policy) if config.beta != 0.0 else None
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99))
-    dataset = toy.dataset()
+    # fused=True: one kernel for all parameters, as TRL's default optim adamw_torch_fused.
+    optimizer = torch.optim.AdamW(
+        policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99), fused=True
+    )
+    dataset = toy.dataset().to_list()
     order: list[int] = []
     history: list[StepStats] = []
     target = config.target_fraction * toy.max_reward
@@ -360,10 +385,8 @@ def train(
         #    reasoning block. Truncated rows are scored too, even when mask_truncated_completions
         #    later drops them from the loss (TRL decodes before it masks, gt:L2247 and gt:L2488).
         mask = completion_mask(completion_ids, eos_ids)
-        id_lists = [
-            ids[row_mask.bool()].tolist()
-            for ids, row_mask in zip(completion_ids, mask, strict=True)
-        ]
+        lengths = mask.sum(dim=1).tolist()
+        id_lists = [row[:n] for row, n in zip(completion_ids.tolist(), lengths, strict=True)]
         texts = [
             strip_reasoning(t) for t in tokenizer.batch_decode(id_lists, skip_special_tokens=True)
         ]
