@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 import reference_impl
-from checker.checks import check
-from checker.checks.context import Context, assert_close
+from checker.checks import CheckFailure, check
+from checker.checks.context import Context
 
 EOS, EOS2, PAD = 1, 9, 0
 
@@ -35,7 +35,7 @@ def _wrong_masks(ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> dict[str
         "only the first id of eos_token_ids is honoured (TRL honours every id)": reference_impl.completion_mask(
             ids, eos_ids[:1]
         ).float(),
-        "the mask stops before the last EOS, not after the first": (
+        "the mask runs up to the last EOS, not the first": (
             torch.flip(torch.cumsum(torch.flip(is_eos.int(), [1]), 1), [1]) > 0
         ).float(),
         "the mask is off by one position (stops one token late)": torch.cat(
@@ -44,10 +44,20 @@ def _wrong_masks(ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> dict[str
     }
 
 
-def _compare(ctx: Context, ids, eos_ids, what, pad_id=PAD, **kwargs) -> None:
+def _compare(ctx: Context, ids, eos_ids, what, pad_id=PAD, first_causes=None, **kwargs) -> None:
+    """Fail on the first row whose mask differs, showing that row's ids, expected and seen mask."""
     seen = _mask(ctx, ids, eos_ids, **kwargs)
     expected = reference_impl.completion_mask(ids, eos_ids, **kwargs).float()
-    assert_close(seen, expected, atol=0, what=what, causes=_wrong_masks(ids, eos_ids, pad_id))
+    if torch.equal(seen, expected):
+        return
+    row = int((seen != expected).any(1).nonzero()[0])
+    causes = (first_causes or {}) | _wrong_masks(ids, eos_ids, pad_id)
+    cause = next((c for c, wrong in causes.items() if torch.equal(seen, wrong)), "")
+    raise CheckFailure(
+        f"{what}, row {row} ids {ids[row].tolist()} (EOS {eos_ids}): {expected[row].int().tolist()}",
+        seen[row].int().tolist().__repr__(),
+        cause,
+    )
 
 
 @check("masking", "completion_mask")
@@ -83,11 +93,29 @@ def pad_equal_to_eos(ctx: Context) -> None:
 def rows_without_eos_are_kept(ctx: Context) -> None:
     """A row with no EOS (cut at max_completion_length) is all 1 by default."""
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, EOS, PAD]])
-    _compare(ctx, ids, [EOS], "mask with a truncated row", mask_truncated_completions=False)
+    dropped = reference_impl.completion_mask(ids, [EOS], mask_truncated_completions=True).float()
+    _compare(
+        ctx,
+        ids,
+        [EOS],
+        "mask with a truncated row",
+        first_causes={
+            "rows without EOS are dropped even without mask_truncated_completions": dropped
+        },
+        mask_truncated_completions=False,
+    )
 
 
 @check("masking", "completion_mask")
 def truncated_rows_are_dropped(ctx: Context) -> None:
     """With mask_truncated_completions=True a row with no EOS is all 0; rows with an EOS are unchanged."""
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, EOS, PAD], [EOS, PAD, PAD, PAD]])
-    _compare(ctx, ids, [EOS], "mask with truncated rows dropped", mask_truncated_completions=True)
+    ignored = reference_impl.completion_mask(ids, [EOS]).float()
+    _compare(
+        ctx,
+        ids,
+        [EOS],
+        "mask with truncated rows dropped",
+        first_causes={"mask_truncated_completions=True is ignored (bug catalog B63)": ignored},
+        mask_truncated_completions=True,
+    )

@@ -151,7 +151,7 @@ def step_matches_reference(ctx: Context) -> None:
             f"max parameter difference {fmt(diff)}",
             "optimizer.step() is skipped"
             if skipped
-            else "stale gradients are added (zero_grad missing before backward), or the step differs",
+            else "the step differs from the reference's: if every compute stage passes, check the order zero_grad -> backward -> clip_grad_norm(1.0) -> step",
         )
 
 
