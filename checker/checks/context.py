@@ -20,20 +20,6 @@ import reference_impl
 from checker.candidate import PROTOCOL_DEFAULTS, Candidate
 from checker.checks import CandidateError, CheckFailure, Skip
 
-LOSS_KEYS = (
-    "loss_type",
-    "beta",
-    "epsilon_low",
-    "epsilon_high",
-    "delta",
-    "importance_sampling_level",
-    "use_bias_correction_kl",
-    "max_completion_length",
-    "num_items_in_batch",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-)
-
 
 def stable_seed(seed: int, salt: str) -> int:
     """A per-check seed: the verdict of a check never depends on which checks ran before it."""
@@ -50,9 +36,6 @@ class Context:
         self.last_function: str | None = None
 
     # -- calling the candidate ------------------------------------------------------------------
-
-    def has(self, name: str) -> bool:
-        return name in self.candidate.functions
 
     def call(self, name: str, *args, shape: tuple | None = None, **kwargs):
         """Call the candidate's `name`, guarded; see the module docstring."""
@@ -120,17 +103,9 @@ class Context:
 
     # -- the reference, configured like the candidate --------------------------------------------
 
-    def ref_loss(self, per_token_logps, advantages, mask, **kwargs) -> torch.Tensor:
-        options = {k: self.config[k] for k in LOSS_KEYS} | kwargs
-        return reference_impl.compute_loss(per_token_logps, advantages, mask, **options)
-
     def ref_advantages(self, rewards, num_generations, **kwargs) -> torch.Tensor:
         options = {"scale_rewards": self.config["scale_rewards"]} | kwargs
         return reference_impl.compute_advantages(rewards, num_generations, **options)
-
-    def loss_options(self, **kwargs) -> dict:
-        """Loss keywords for the candidate: its conventions, overridden by `kwargs`."""
-        return {k: self.config[k] for k in LOSS_KEYS} | kwargs
 
     def clipped_loss_type(self) -> str:
         """A loss type of the clipped family: the candidate's own if it is one, else dapo."""
