@@ -121,3 +121,13 @@ def test_buggy_example_has_its_three_bugs_localised():
     assert "batch-wide mean" in messages
     assert "not divided by the temperature" in messages
     assert "the KL term is subtracted" in messages
+
+
+def test_supported_values_limit_what_is_asked(tmp_path):
+    (tmp_path / "loop.yaml").write_text(
+        f"path: {ALT / 'loop_grpo.py'}\nsupported: {{loss_type: [dapo, bnpo]}}\n"
+    )
+    results = {r.check: r for r in _run(tmp_path / "loop.yaml", ("loss_aggregation", "clipping"))}
+    assert results["loss_aggregation.other_loss_types_match_formula"].status == "pass"  # bnpo ran
+    cispo = results["clipping.cispo_caps_weight_at_epsilon_high"]
+    assert cispo.status == "skip" and "loss_type='cispo'" in cispo.message
