@@ -12,23 +12,10 @@ from pathlib import Path
 
 import yaml
 
+from checker.stages import STAGES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO_ROOT / "tests" / "mutants"
-
-STAGES = (
-    "rewards",
-    "advantages",
-    "logprobs",
-    "masking",
-    "ratio",
-    "clipping",
-    "kl",
-    "loss_aggregation",
-    "decode",
-    "generation",
-    "reference_model",
-    "update",
-)
 
 
 class MutantError(ValueError):

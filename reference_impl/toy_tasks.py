@@ -31,6 +31,14 @@ def exact_answer_reward(prompts, completions, completion_ids, answer, **_) -> li
     ]
 
 
+def first_token_reward(prompts, completions, completion_ids, answer, **_) -> list[float]:
+    """1.0 when the first completion token is the (one-token) answer, else 0.0."""
+    return [
+        1.0 if len(ids) > 0 and ids[0] == _TOKEN_ID[expected] else 0.0
+        for ids, expected in zip(completion_ids, answer, strict=True)
+    ]
+
+
 def copy_fraction_reward(prompts, completions, completion_ids, answer, **_) -> list[float]:
     """Fraction of the answer's tokens reproduced in order at the start of the completion."""
     rewards = []
@@ -80,9 +88,9 @@ TOY_TASKS: dict[str, ToyTask] = {
     for task in (
         ToyTask(
             name="succ",
-            description="'d =' -> (d + 1) mod 10, then stop; reward 1 for exactly that",
+            description="'d =' -> (d + 1) mod 10; reward 1 when the first token is that digit",
             dataset=_succ_dataset,
-            reward_funcs=(exact_answer_reward,),
+            reward_funcs=(first_token_reward,),
             max_reward=1.0,
             learning_rate=3e-3,
             prompts_per_step=8,

@@ -25,6 +25,7 @@ import torch
 from reference_impl.advantages import SCALE_REWARDS, compute_advantages
 from reference_impl.decode import strip_reasoning
 from reference_impl.errors import GRPOInputError
+from reference_impl.kl import per_token_kl
 from reference_impl.logprobs import get_per_token_logps
 from reference_impl.loss import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, compute_loss
 from reference_impl.masking import completion_mask
@@ -147,6 +148,7 @@ class StepStats:
     mean_reward: float
     loss: float
     mean_length: float
+    kl: float | None = None
 
 
 @dataclass
@@ -273,6 +275,7 @@ def grpo_step(
     temperature: float = 1.0,
     num_iterations: int = 1,
     max_grad_norm: float = 1.0,
+    metrics: dict[str, float] | None = None,
     **loss_kwargs,
 ) -> float:
     """Stage `update`: learn from one generation batch; returns the last loss.
@@ -280,6 +283,9 @@ def grpo_step(
     `prompt_ids`/`prompt_mask` are `[N, Lp]`, already repeated G times in contiguous groups;
     `completion_ids` `[N, T]`; `rewards` `[N]`, already combined. `loss_kwargs` go to
     `compute_loss`, except `scale_rewards` (advantages) and `mask_truncated_completions` (mask).
+    When `metrics` is a dict, it receives `advantage_abs_mean` and, when beta != 0, `kl`: the
+    masked token mean of the k3 KL in the last pass (TRL gt:L3259-3268 logs it after the ratio
+    correction, which is the same value on policy).
     """
     scale_rewards = loss_kwargs.pop("scale_rewards", "group")
     mask_truncated = loss_kwargs.pop("mask_truncated_completions", False)
@@ -325,6 +331,11 @@ def grpo_step(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
         optimizer.step()
+    if metrics is not None:
+        metrics["advantage_abs_mean"] = float(advantages.abs().mean())
+        if ref_logps is not None:
+            token_kl = per_token_kl(logps.detach(), ref_logps)
+            metrics["kl"] = float((token_kl * mask).sum() / mask.sum().clamp(min=1))
     return float(loss.detach())
 
 
@@ -340,9 +351,10 @@ def train(
     policy, tokenizer = load_tiny(config.tiny)
     eos_ids = list(policy.generation_config.eos_token_id)
     reference = make_reference_model(policy) if config.beta != 0.0 else None
-    # fused=True: one kernel for all parameters, as TRL's default optim adamw_torch_fused.
+    # As TRL's default optim adamw_torch_fused: one fused kernel, no weight decay (torch's
+    # default is 0.01). betas (0.9, 0.99) as in the toy-task measurements.
     optimizer = torch.optim.AdamW(
-        policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99), fused=True
+        policy.parameters(), lr=run.learning_rate, betas=(0.9, 0.99), weight_decay=0.0, fused=True
     )
     dataset = toy.dataset().to_list()
     order: list[int] = []
@@ -393,6 +405,7 @@ def train(
         rewards = _score(toy, prompts, texts, id_lists, columns, config.reward_weights)
 
         # 3. Update: advantages, old/ref log-probs and num_iterations optimizer steps.
+        metrics: dict[str, float] = {}
         loss = grpo_step(
             policy,
             optimizer,
@@ -406,6 +419,7 @@ def train(
             temperature=config.temperature,
             num_iterations=config.num_iterations,
             max_grad_norm=config.max_grad_norm,
+            metrics=metrics,
             scale_rewards=config.scale_rewards,
             mask_truncated_completions=config.mask_truncated_completions,
             loss_type=config.loss_type,
@@ -423,6 +437,7 @@ def train(
             mean_reward=float(torch.nanmean(rewards)),
             loss=loss,
             mean_length=float(mask.sum(1).float().mean()),
+            kl=metrics.get("kl"),
         )
         history.append(stats)
         if on_step is not None:

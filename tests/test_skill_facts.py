@@ -28,6 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 import reference_impl.advantages as advantages_module
 from checker.skill.source import skill_source
+from checker.stages import STAGES
 from reference_impl import compute_advantages, compute_loss, per_token_kl
 
 SKILL = skill_source()
@@ -41,21 +42,6 @@ TEXT = {key: path.read_text(encoding="utf-8") for key, path in FILES.items()}
 TRAINER_SOURCE = Path(inspect.getsourcefile(GRPOTrainer)).read_text(encoding="utf-8").splitlines()
 CONFIG_SOURCE = Path(inspect.getsourcefile(GRPOConfig)).read_text(encoding="utf-8")
 DEFAULTS = {field.name: field.default for field in dataclasses.fields(GRPOConfig)}
-
-STAGES = [
-    "rewards",
-    "advantages",
-    "logprobs",
-    "masking",
-    "ratio",
-    "clipping",
-    "kl",
-    "loss_aggregation",
-    "decode",
-    "generation",
-    "reference_model",
-    "update",
-]
 
 
 def test_installed_trl_is_the_version_the_skill_describes():

@@ -16,23 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from checker.mutants import STAGES
+from checker.stages import STAGES
 
 PLAYBOOK = "skills/grpo/references/debugging-playbook.md"
-STAGE_MODULES = (
-    "rewards",
-    "advantages",
-    "logprobs",
-    "masking",
-    "ratio",
-    "clipping",
-    "kl",
-    "loss_aggregation",
-    "decode",
-    "generation",
-    "reference_model",
-    "update",
-)
+STAGE_MODULES = STAGES
 
 
 class CheckFailure(Exception):

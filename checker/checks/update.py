@@ -15,18 +15,9 @@ import reference_impl
 from checker import fixtures
 from checker.checks import CheckFailure, check
 from checker.checks.context import Context, fmt
+from checker.stages import COMPUTE_STAGES
 
 G = 4
-COMPUTE_STAGES = (
-    "rewards",
-    "advantages",
-    "logprobs",
-    "masking",
-    "ratio",
-    "clipping",
-    "kl",
-    "loss_aggregation",
-)
 
 
 def _batch(ctx: Context):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from checker.mutants import STAGES, Mutant, MutantError
+from checker.mutants import Mutant, MutantError
+from checker.stages import STAGES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 TASKS_DIR = REPO_ROOT / "tasks"
