@@ -113,7 +113,7 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     script = (TEMPLATES / "train_trl.py.tmpl").read_text()
     (workspace / "train_grpo.py").write_text(script.replace("{train_kwargs}", repr(spec.train)))
     shutil.copy(TEMPLATES / "reward_fn.py", workspace / "reward_fn.py")
-    model = tiny_model_path(TinySpec(eos_bias=2.0))
+    model = tiny_model_path(TinySpec())
     shutil.copytree(model, workspace / "model")
 
 

@@ -11,10 +11,15 @@ def make_dataset() -> Dataset:
 
 
 def answer_reward(prompts, completions, answer, **kwargs) -> list[float]:
-    """1.0 when the (decoded) completion is exactly the answer."""
-    return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer, strict=True)]
+    """1.0 when the first word of the (decoded) completion is the answer."""
+    return [
+        1.0 if c.split()[:1] == [a] else 0.0 for c, a in zip(completions, answer, strict=True)
+    ]
 
 
 def brevity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
-    """Prefers short completions: 1.0 for one token plus EOS, less for longer ones."""
-    return [1.0 / max(len(ids) - 1, 1) for ids in completion_ids]
+    """Prefers short answers: 1.0 for one word plus EOS, less for longer ones, 0 for no answer."""
+    return [
+        1.0 / max(len(ids) - 1, 1) if c.strip() else 0.0
+        for c, ids in zip(completions, completion_ids, strict=True)
+    ]
