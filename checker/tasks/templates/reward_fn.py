@@ -12,9 +12,7 @@ def make_dataset() -> Dataset:
 
 def answer_reward(prompts, completions, answer, **kwargs) -> list[float]:
     """1.0 when the first word of the (decoded) completion is the answer."""
-    return [
-        1.0 if c.split()[:1] == [a] else 0.0 for c, a in zip(completions, answer, strict=True)
-    ]
+    return [1.0 if c.split()[:1] == [a] else 0.0 for c, a in zip(completions, answer, strict=True)]
 
 
 def brevity_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
