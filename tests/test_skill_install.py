@@ -72,7 +72,9 @@ def test_project_install_goes_where_the_agent_reads(homes, agent):
     [
         ("claude-code", "CLAUDE_CONFIG_DIR"),  # $CLAUDE_CONFIG_DIR/skills replaces ~/.claude/skills
         ("codex", "HOME"),  # ~/.agents/skills
+        ("cursor", "HOME"),
         ("gemini", "HOME"),
+        ("copilot", "HOME"),
         ("opencode", "HOME"),
     ],
 )
@@ -84,6 +86,7 @@ def test_user_install_honours_config_dirs(homes, agent, root):
     }[root]
     assert [r.folder for r in report.folders] == [expected]
     assert (expected / "SKILL.md").is_file()
+    assert f"{agent} (user)" in report.folders[0].agents and report.loads
 
 
 def test_claude_user_scope_defaults_to_home_without_config_dir(homes, monkeypatch):
