@@ -218,41 +218,52 @@ def generate_completions(
         raise GRPOInputError(f"temperature must be > 0, got {temperature}")
     # A plain KV-cache sampling loop: transformers' generate() costs more per call than the
     # forward passes themselves on a model this small, and this loop says exactly what is sampled.
-    input_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
-    attention_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
-    # Positions count real tokens only, so left padding does not shift them (as generate() does).
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    eos = torch.tensor(list(eos_token_ids), device=input_ids.device)
-    finished = torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
     # transformers renamed past_key_values to cache (5.2x); use whichever this model takes.
     cache_kwarg = (
         "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     )
-    cache, sampled = None, []
+    eos = torch.tensor(list(eos_token_ids), device=prompt_ids.device)
+    # Positions count real tokens only, so left padding does not shift them (as generate() does).
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
+        # Prefill each distinct prompt once, then give each of its G samples a copy of the cache.
+        outputs = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = outputs.get("cache", outputs.get("past_key_values"))
+        cache.batch_repeat_interleave(num_generations)
+        next_logits = outputs.logits[:, -1].repeat_interleave(num_generations, dim=0)
+        attention_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+        position = positions[:, -1:].repeat_interleave(num_generations, dim=0)
+        finished = torch.zeros(attention_mask.size(0), dtype=torch.bool, device=prompt_ids.device)
+        sampled = []
         for _ in range(max_completion_length):
+            # x_t ~ softmax(z_t / T): the same temperature divides the logits when scoring.
+            probs = torch.softmax(next_logits.float() / temperature, dim=-1)
+            next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+            next_tokens = torch.where(finished, pad_token_id, next_tokens)
+            sampled.append(next_tokens)
+            finished |= torch.isin(next_tokens, eos)
+            if finished.all() or len(sampled) == max_completion_length:
+                break
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones(finished.size(0), 1)], 1
+            )
+            position = position + 1
             outputs = model(
-                input_ids=input_ids,
+                input_ids=next_tokens.unsqueeze(1),
                 attention_mask=attention_mask,
-                position_ids=position_ids,
+                position_ids=position,
                 use_cache=True,
                 logits_to_keep=1,
                 **{cache_kwarg: cache},
             )
             cache = outputs.get("cache", outputs.get("past_key_values"))
-            # x_t ~ softmax(z_t / T): the same temperature divides the logits when scoring.
-            probs = torch.softmax(outputs.logits[:, -1].float() / temperature, dim=-1)
-            next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
-            next_tokens = torch.where(finished, pad_token_id, next_tokens)
-            sampled.append(next_tokens)
-            finished |= torch.isin(next_tokens, eos)
-            if finished.all():
-                break
-            input_ids = next_tokens.unsqueeze(1)
-            position_ids = position_ids[:, -1:] + 1
-            attention_mask = torch.cat(
-                [attention_mask, attention_mask.new_ones(finished.size(0), 1)], 1
-            )
+            next_logits = outputs.logits[:, -1]
     return torch.stack(sampled, dim=1)
 
 
