@@ -131,3 +131,30 @@ def test_supported_values_limit_what_is_asked(tmp_path):
     assert results["loss_aggregation.other_loss_types_match_formula"].status == "pass"  # bnpo ran
     cispo = results["clipping.cispo_caps_weight_at_epsilon_high"]
     assert cispo.status == "skip" and "loss_type='cispo'" in cispo.message
+
+
+def test_values_a_candidate_rejects_by_name_are_skipped_not_flagged(tmp_path):
+    """A correct trainer that only implements dapo and rejects other loss types as TRL does
+    (ValueError naming the value) passes with skips; an unrelated ValueError stays an error."""
+    only_dapo = tmp_path / "only_dapo.py"
+    only_dapo.write_text(
+        f"import sys\nsys.path.insert(0, {str(ALT)!r})\n"
+        "import loop_grpo\n"
+        "from loop_grpo import *  # noqa: F403\n\n"
+        "def compute_loss(*args, loss_type='dapo', **kwargs):\n"
+        "    if loss_type != 'dapo':\n"
+        "        raise ValueError(f'Unknown loss type: {loss_type}')\n"
+        "    return loop_grpo.compute_loss(*args, loss_type=loss_type, **kwargs)\n"
+    )
+    results = _run(only_dapo, ("loss_aggregation", "clipping"))
+    assert not [r.check for r in results if r.status in ("fail", "error")]
+    cispo = next(r for r in results if r.check == "clipping.cispo_caps_weight_at_epsilon_high")
+    assert cispo.status == "skip" and "loss_type='cispo'" in cispo.message
+
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        "def compute_loss(*args, loss_type='dapo', **kwargs):\n"
+        "    raise ValueError('shapes do not match')\n"
+    )
+    statuses = {r.status for r in _run(broken, ("loss_aggregation",))}
+    assert statuses == {"error"}

@@ -52,6 +52,16 @@ class Context:
             if options:
                 raise Skip(f"{name} does not implement {_kv(options)}") from None
             raise CandidateError(f"{name} raised NotImplementedError: {error}", name) from None
+        except (ValueError, KeyError) as error:
+            # A trainer that implements some conventions rejects the others the way TRL does
+            # (`ValueError: Unknown loss type: cispo`): an error naming a value this check asked
+            # for is "not provided", not a bug. Any other exception stays an error.
+            text = " ".join(str(error).split())[:200]
+            options = {k: v for k, v in passed.items() if k in PROTOCOL_DEFAULTS}
+            named = {k: v for k, v in options.items() if isinstance(v, str) and v in text}
+            if named:
+                raise Skip(f"{name} rejects {_kv(named)} ({text})") from None
+            raise CandidateError(f"{name} raised {type(error).__name__}: {text}", name) from None
         except (Exception, SystemExit) as error:  # noqa: BLE001 - anything the candidate raises
             text = " ".join(str(error).split())[:200]
             raise CandidateError(f"{name} raised {type(error).__name__}: {text}", name) from None
