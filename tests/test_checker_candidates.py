@@ -158,3 +158,12 @@ def test_values_a_candidate_rejects_by_name_are_skipped_not_flagged(tmp_path):
     )
     statuses = {r.status for r in _run(broken, ("loss_aggregation",))}
     assert statuses == {"error"}
+
+
+def test_checker_knows_exactly_the_functions_reference_impl_exposes():
+    """The parent process keeps its own torch-free copy of the protocol's names; it must not drift."""
+    import reference_impl
+    from checker.candidate import EXTENSION_FUNCTIONS, PROTOCOL_FUNCTIONS
+
+    assert set(PROTOCOL_FUNCTIONS) == set(reference_impl.STAGE_FUNCTIONS)
+    assert set(EXTENSION_FUNCTIONS) == set(reference_impl.EXTENSION_FUNCTIONS)

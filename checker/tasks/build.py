@@ -8,7 +8,6 @@ in the repository) with the task's patches, a training script, a reward file and
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import shutil
@@ -16,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 from checker.tasks.spec import REPO_ROOT, TaskSpec
+from checker.tasks.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
@@ -26,19 +26,6 @@ PROTECTED = {
     "reference": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
     "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
 }
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """The verifier's digest of a package folder (the same function as in verify.py)."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def installed_trl() -> Path:
@@ -136,7 +123,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
 
     (root / "task.toml").write_text(harbor_toml(spec))
     (root / "instruction.md").write_text(spec.instruction)
-    for name in ("verify.py", "judge.py", "ref_probes.py", "trl_probes.py"):
+    for name in ("verify.py", "digest.py", "judge.py", "ref_probes.py", "trl_probes.py"):
         shutil.copy(VERIFIER / name, tests / name)
     shutil.copytree(REPO_ROOT / "reference_impl", tests / "reference_impl", ignore=IGNORE)
     shutil.copy(TEMPLATES / "test.sh", tests / "test.sh")

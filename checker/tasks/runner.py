@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from checker.tasks.spec import REPO_ROOT
+from checker.tasks.verifier.digest import tree_digest
 
 BUILTIN_AGENTS = ("oracle", "nop")
 VERIFIER_TIMEOUT = 900
@@ -47,19 +48,8 @@ class TrialResult:
         return (self.task, self.agent, self.condition, self.trial)
 
 
-def _tree_digest(root: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def guarded_digests(root: Path = REPO_ROOT) -> dict[str, str]:
-    return {name: _tree_digest(root / name) for name in GUARDED_TREES if (root / name).exists()}
+    return {name: tree_digest(root / name, "*") for name in GUARDED_TREES if (root / name).exists()}
 
 
 def run_agent(command: str, workspace: Path, instruction: Path, timeout: float) -> tuple[str, str]:

@@ -482,18 +482,6 @@ def _(ns):
 
 
 # --- running ------------------------------------------------------------------------------------
-STAGE_FUNCTIONS = (
-    "combine_rewards",
-    "compute_advantages",
-    "selective_log_softmax",
-    "completion_logps",
-    "get_per_token_logps",
-    "completion_mask",
-    "per_token_kl",
-    "compute_loss",
-    "strip_reasoning",
-)
-EXTENSIONS = ("generate_completions", "make_reference_model", "grpo_step")
 
 
 def load_namespace(package: str) -> types.SimpleNamespace:
@@ -501,9 +489,11 @@ def load_namespace(package: str) -> types.SimpleNamespace:
     module = importlib.import_module(package)
     train = importlib.import_module(f"{package}.train")
     ns = types.SimpleNamespace(train_module=train)
+    from reference_impl import EXTENSION_FUNCTIONS, STAGE_FUNCTIONS  # the tests/ copy
+
     for name in STAGE_FUNCTIONS:
         setattr(ns, name, getattr(module, name, None))
-    for name in EXTENSIONS:
+    for name in EXTENSION_FUNCTIONS:
         setattr(ns, name, getattr(train, name, None))
     return ns
 

@@ -12,7 +12,6 @@ and, for the reference family, `expected/` (the intended package, decoys include
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -24,20 +23,9 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS_DIR))
 
+from digest import sha256, tree_digest  # noqa: E402  (shipped beside this file)
+
 CHILD_TIMEOUT = 600
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """One digest of every .py file under `root` (compiled caches excluded)."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def installed_package_dir(name: str) -> Path | None:
