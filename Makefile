@@ -8,12 +8,14 @@ STAMP := $(VENV)/.grpo-skill-installed
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml packaging/grpo-skill-tasks/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@# torch first, so that nothing later pulls a multi-GB CUDA build.
 	@$(PY) -m pip install -q torch==2.13.0
-	@$(PY) -m pip install -q -e ".[dev]"
+	@# Both distributions, editable: grpo-skill (checker, reference_impl, skill installer, skill)
+	@# and grpo-skill-tasks (the task harness and the task specs).
+	@$(PY) -m pip install -q -e ".[dev]" -e packaging/grpo-skill-tasks
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,4 +31,4 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache packaging/*/build packaging/*/*.egg-info

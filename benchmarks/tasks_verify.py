@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-from checker.tasks.spec import load_tasks
-from checker.tasks.verify import verify_tasks
+from task_harness.baselines import verify_tasks
+from task_harness.spec import load_tasks
 
 GOAL_SECONDS = 300.0
 

@@ -6,7 +6,7 @@ protocol section "Candidates with other names or conventions") or TRL (`trl`, or
 `load_candidate` runs in the child: it imports the candidate and returns its protocol functions,
 their source locations and the conventions it declares.
 
-The `trl` kind loads `checker.trl_adapter` (another engineer's module) after putting the TRL source
+The `trl` kind loads `checker.adapters.trl_adapter` (another engineer's module) after putting the TRL source
 tree first on `sys.path`. What this loader relies on from the adapter:
 
 - module-level functions named as in the stage protocol (and the extension), each called with the
@@ -31,37 +31,8 @@ from pathlib import Path
 
 import yaml
 
-PROTOCOL_FUNCTIONS = (
-    "combine_rewards",
-    "compute_advantages",
-    "selective_log_softmax",
-    "completion_logps",
-    "get_per_token_logps",
-    "completion_mask",
-    "per_token_kl",
-    "compute_loss",
-    "strip_reasoning",
-)
-EXTENSION_FUNCTIONS = ("generate_completions", "make_reference_model", "grpo_step")
-ALL_FUNCTIONS = PROTOCOL_FUNCTIONS + EXTENSION_FUNCTIONS
+from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
-# Keyword defaults of the protocol (TRL 1.16 defaults); a candidate may declare others in `config`.
-PROTOCOL_DEFAULTS: dict[str, object] = {
-    "loss_type": "dapo",
-    "beta": 0.0,
-    "epsilon_low": 0.2,
-    "epsilon_high": None,
-    "delta": None,
-    "importance_sampling_level": "token",
-    "use_bias_correction_kl": True,
-    "max_completion_length": None,
-    "num_items_in_batch": None,
-    "sapo_temperature_pos": 1.0,
-    "sapo_temperature_neg": 1.05,
-    "scale_rewards": "group",
-    "mask_truncated_completions": False,
-    "temperature": 1.0,
-}
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
 YAML_KEYS = {"module", "path", "functions", "config", "supported"}
 
@@ -92,7 +63,7 @@ class Candidate:
     spec: CandidateSpec
     functions: dict[str, object]
     locations: dict[str, str]
-    config: dict[str, object]  # PROTOCOL_DEFAULTS overlaid with the declared conventions
+    config: dict[str, object]  # DEFAULTS overlaid with the declared conventions
     supported: dict[str, list]
 
 
@@ -168,10 +139,8 @@ def normalise_config(config: object, source: str) -> dict[str, object]:
     result = {}
     for key, value in config.items():
         key = CONVENTION_ALIASES.get(key, key)
-        if key not in PROTOCOL_DEFAULTS:
-            raise TargetError(
-                f"{source}: unknown config key {key!r}; known: {sorted(PROTOCOL_DEFAULTS)}"
-            )
+        if key not in DEFAULTS:
+            raise TargetError(f"{source}: unknown config key {key!r}; known: {sorted(DEFAULTS)}")
         result[key] = value
     return result
 
@@ -203,7 +172,7 @@ def load_candidate(spec: CandidateSpec) -> Candidate:
         raise TargetError(
             f"{spec.target}: exposes none of the protocol functions ({', '.join(PROTOCOL_FUNCTIONS)})"
         )
-    config = {**PROTOCOL_DEFAULTS, **spec.config}
+    config = {**DEFAULTS, **spec.config}
     return Candidate(spec, functions, locations, config, dict(spec.supported))
 
 
@@ -243,7 +212,7 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
     try:
         import trl  # noqa: F401 - resolve which TRL is first on the path before the adapter does
 
-        adapter = importlib.import_module("checker.trl_adapter")
+        adapter = importlib.import_module("checker.adapters.trl_adapter")
     except BaseException as error:  # noqa: BLE001 - a patched TRL may fail in any way
         raise TargetError(
             f"{spec.target}: cannot import TRL or its adapter: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
@@ -257,8 +226,10 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
             locations[name] = str(where) if where else source_location(fn, spec.cwd)
     if not functions:
         raise TargetError(f"{spec.target}: the TRL adapter exposes none of the protocol functions")
-    declared = normalise_config(getattr(adapter, "CONVENTIONS", {}) or {}, "checker.trl_adapter")
-    config = {**PROTOCOL_DEFAULTS, **declared}
+    declared = normalise_config(
+        getattr(adapter, "CONVENTIONS", {}) or {}, "checker.adapters.trl_adapter"
+    )
+    config = {**DEFAULTS, **declared}
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
     return Candidate(spec, functions, locations, config, supported)
 

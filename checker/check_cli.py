@@ -1,4 +1,4 @@
-"""`grpo-check TARGET`: check a trainer stage by stage (contract: shared spec checker-contract.md).
+"""`grpo-check TARGET`: check a trainer stage by stage (the command-line contract in the README).
 
 Exit status 0 when every check that ran passed, 1 when one failed or raised in the candidate, 2
 when nothing could be checked. With `--json`, standard output holds one JSON object and nothing
@@ -16,9 +16,9 @@ from checker import __version__
 from checker.candidate import TargetError, resolve_target
 from checker.checks import CheckResult
 from checker.diagnosis import diagnose
-from checker.mutants import STAGES
 from checker.report import print_table, to_json, write_junit
 from checker.sandbox import CandidateLoadError, run_isolated
+from reference_impl.protocol import STAGES
 
 DEFAULT_SEED = 1234
 DEFAULT_TIMEOUT = 60.0

@@ -1,10 +1,15 @@
 """The `grpo-check` command line.
 
-`grpo-check TARGET [options]` checks a trainer (the contract's main form); `skill`, `tasks` and
-`demo` are subcommands. A first argument that is not a subcommand name is taken as a TARGET.
+`grpo-check TARGET [options]` checks a trainer (the contract's main form); `demo` is the engine's
+own subcommand. `skill` and `tasks` belong to other products (the skill installer, the task
+harness) and are found through the `grpo_check.commands` entry-point group, so the engine never
+imports them and `grpo-check tasks` exists only where the task harness is installed. A first
+argument that is not a subcommand name is taken as a TARGET.
 """
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 import click
 
@@ -50,14 +55,33 @@ def main() -> None:
     """
 
 
+# Where each product's subcommand comes from, for the message shown when it is not installed.
+PRODUCTS = {
+    "skill": "the skill installer (part of grpo-skill)",
+    "tasks": "the task harness: pip install grpo-skill-tasks (in a checkout: make test installs it)",
+}
+
+
+def _missing(name: str) -> click.Command:
+    @click.command(name, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        raise click.UsageError(f"`grpo-check {name}` needs {PRODUCTS[name]}")
+
+    command.help = f"(not installed) {PRODUCTS[name]}"
+    return command
+
+
 def _register_subcommands() -> None:
     from checker.check_cli import check
     from checker.demo import demo
-    from checker.skill.cli import skill
-    from checker.tasks.cli import tasks
 
-    for command in (check, demo, skill, tasks):
+    for command in (check, demo):
         main.add_command(command)
+    for entry in entry_points(group="grpo_check.commands"):
+        main.add_command(entry.load(), entry.name)
+    for name in PRODUCTS.keys() - main.commands.keys():
+        main.add_command(_missing(name))
 
 
 _register_subcommands()

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import click
@@ -18,7 +19,7 @@ from checker.check_cli import run_check
 from checker.report import print_table, summary
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
-REFERENCE = Path(__file__).resolve().parent.parent / "reference_impl" / "__init__.py"
+REFERENCE = Path(importlib.util.find_spec("reference_impl").origin)
 
 
 @click.command("demo")

@@ -12,7 +12,7 @@ failure could be a knock-on effect, the earliest failing stage in pipeline order
 from __future__ import annotations
 
 from checker.checks import PLAYBOOK, CheckResult
-from checker.stages import STAGES
+from reference_impl.protocol import STAGES
 
 
 def diagnose(results: list[CheckResult]) -> dict | None:

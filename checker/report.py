@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checker.checks import PLAYBOOK, CheckResult
-from checker.stages import STAGES
+from reference_impl.protocol import STAGES
 
 STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "skip": "dim"}
 

@@ -27,7 +27,7 @@ from dataclasses import asdict
 
 from checker.candidate import CandidateSpec, TargetError, load_candidate
 from checker.checks import Check, CheckResult, all_checks, run_one
-from checker.mutants import STAGES
+from reference_impl.protocol import STAGES
 
 STARTUP_TIMEOUT = 180.0  # importing torch + transformers + the candidate on a busy machine
 # Which stages hold light (tensor-only) and heavy (tiny-model) checks; a test keeps this in step

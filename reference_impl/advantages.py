@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from reference_impl.errors import GRPOInputError
-
-SCALE_REWARDS = ("group", "batch", "none")
+from reference_impl.protocol import SCALE_REWARDS
 
 # Added to the std, not inside the square root (TRL 1.16 gt:L2787; 1e-4 in every version since v0.14).
 ADVANTAGE_EPSILON = 1e-4

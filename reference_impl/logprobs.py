@@ -35,7 +35,7 @@ def completion_logps(
     """`[B, T]` log-probs of the last T tokens of `input_ids [B, L]` from full logits `[B, L, V]`.
 
     The logits at position j predict token j + 1, so completion token L - T + j is scored by the
-    logits at L - T - 1 + j (TRL facts section 5.3). Masked positions are exactly 0, as in TRL 1.16's
+    logits at L - T - 1 + j (TRL #3029 made scoring use the sampling temperature). Masked positions are exactly 0, as in TRL 1.16's
     fused head.
     """
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
@@ -62,9 +62,9 @@ def get_per_token_logps(
     """`completion_logps` with the forward pass of a transformers causal LM; `[B, logits_to_keep]`.
 
     Like TRL, the model gets `input_ids` and `attention_mask` only (no `position_ids`): for RoPE
-    models a constant left-pad offset leaves attention scores unchanged (facts section 2). We ask
+    models a constant left-pad offset leaves attention scores unchanged. We ask
     for T + 1 logits and slice by position, so a model that ignores `logits_to_keep` and returns all
-    L logits is scored at the same positions (bug catalog B28).
+    L logits is scored at the same positions.
     """
     _check_temperature(temperature)
     outputs = model(

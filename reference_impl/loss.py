@@ -10,10 +10,7 @@ import torch
 
 from reference_impl.errors import GRPOInputError
 from reference_impl.kl import per_token_kl
-
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+from reference_impl.protocol import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES
 
 
 def importance_ratio(

@@ -31,15 +31,22 @@ class TinySpec:
     """What defines a tiny model; its hash names the cache folder."""
 
     hidden_size: int = 64
+    """Width of the residual stream."""
     intermediate_size: int = 128
+    """Width of each MLP's hidden layer."""
     num_hidden_layers: int = 2
+    """Transformer blocks."""
     num_attention_heads: int = 4
+    """Query heads per attention layer."""
     num_key_value_heads: int = 4
+    """Key/value heads per attention layer (fewer than query heads: grouped-query attention)."""
     max_position_embeddings: int = 64
+    """Longest prompt plus completion the model accepts, in tokens."""
     seed: int = 0
-    # Added to the EOS row of the output layer: > 0 makes an untrained model stop early, which
-    # gives completions of unequal length (needed to tell the loss normalisations apart).
+    """Seeds the random initial weights."""
     eos_bias: float = 0.0
+    """Added to the EOS row of the output layer: > 0 makes an untrained model stop early, which
+    gives completions of unequal length (needed to tell the loss normalisations apart)."""
 
     def folder_name(self) -> str:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()

@@ -7,7 +7,7 @@ Besides `train`, it exposes three optional trainer-level functions that `grpo-ch
 check the `generation`, `reference_model` and `update` stages of a from-scratch trainer:
 `generate_completions`, `make_reference_model` and `grpo_step`.
 
-Run it: `python -m reference_impl.train --task succ` (see `--help`).
+Run it: `python -m reference_impl.train_cli --task succ` (every field below is an option; see `--help`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_impl.advantages import SCALE_REWARDS, compute_advantages
+from reference_impl.advantages import compute_advantages
 from reference_impl.decode import strip_reasoning
 from reference_impl.errors import GRPOInputError
 from reference_impl.kl import per_token_kl
 from reference_impl.logprobs import get_per_token_logps
-from reference_impl.loss import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, compute_loss
+from reference_impl.loss import compute_loss
 from reference_impl.masking import completion_mask
+from reference_impl.protocol import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, SCALE_REWARDS
 from reference_impl.rewards import combine_rewards
 from reference_impl.tiny import TinySpec, load_tiny
 from reference_impl.toy_tasks import TOY_TASKS, ToyTask
@@ -42,7 +43,7 @@ class TrainConfig:
     task: str = "succ"
     """Toy task to learn; one of `reference_impl.toy_tasks.TOY_TASKS`."""
     seed: int = 0
-    """Seeds sampling, the prompt order and the model's initial weights (via the tiny model spec)."""
+    """Seeds sampling and the prompt order (the initial weights are seeded by `tiny.seed`)."""
     max_steps: int = 300
     """Upper bound on generation batches; training stops earlier once `target_fraction` is reached."""
     target_fraction: float = 0.9

@@ -5,12 +5,19 @@ python -m reference_impl.train_cli --task succ
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+import textwrap
+import typing
+
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from reference_impl.errors import GRPOInputError
-from reference_impl.loss import LOSS_TYPES
+from reference_impl.protocol import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, SCALE_REWARDS
+from reference_impl.tiny import TinySpec
 from reference_impl.toy_tasks import TOY_TASKS
 from reference_impl.train import ResolvedConfig, StepStats, TrainConfig, TrainResult, train
 
@@ -85,19 +92,101 @@ def run_training_demo(
     return result
 
 
-@click.command()
-@click.option("--task", type=click.Choice(sorted(TOY_TASKS)), default="succ", show_default=True)
-@click.option("--loss-type", type=click.Choice(LOSS_TYPES), default="dapo", show_default=True)
-@click.option("--beta", type=float, default=0.0, show_default=True, help="KL coefficient.")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--num-iterations", type=int, default=1, show_default=True)
-@click.option("--scale-rewards", type=click.Choice(["group", "batch", "none"]), default="group")
-@click.option("--max-steps", type=int, default=300, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: the docstring written under it} for a dataclass (PEP 257 attribute docstrings)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+class FloatList(click.ParamType):
+    """Comma-separated numbers, e.g. `1,0.5`."""
+
+    name = "x,y,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        try:
+            return [float(part) for part in value.split(",")]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of numbers", param, ctx)
+
+
+# Options whose values come from a fixed vocabulary.
+CHOICES = {
+    "task": sorted(TOY_TASKS),
+    "loss_type": list(LOSS_TYPES),
+    "scale_rewards": list(SCALE_REWARDS),
+    "importance_sampling_level": list(IMPORTANCE_SAMPLING_LEVELS),
+}
+
+
+def _option(name: str, annotation: object, default: object, doc: str, prefix: str = ""):
+    """One click option for a dataclass field, typed and documented from the field itself."""
+    flag = "--" + (prefix + name).replace("_", "-")
+    base = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    kind = base[0]
+    if kind is bool:
+        flag = f"{flag}/--no-{flag[2:]}"
+        return click.option(flag, prefix + name, default=default, show_default=True, help=doc)
+    if name in CHOICES and not prefix:
+        kind = click.Choice(CHOICES[name])
+    elif typing.get_origin(kind) is list:
+        kind = FloatList()
+    shown = "the task's value" if default is None and name in TASK_DEFAULTS else True
+    return click.option(
+        flag, prefix + name, type=kind, default=default, show_default=shown, help=doc
+    )
+
+
+# TrainConfig fields whose None means "the toy task's measured value".
+TASK_DEFAULTS = {"learning_rate", "prompts_per_step", "num_generations", "max_completion_length"}
+
+
+def config_options(function):
+    """Decorate `function` with one option per TrainConfig field (TinySpec's as --tiny-*)."""
+    hints, docs = typing.get_type_hints(TrainConfig), field_docs(TrainConfig)
+    tiny_hints, tiny_docs = typing.get_type_hints(TinySpec), field_docs(TinySpec)
+    options = []
+    for item in dataclasses.fields(TrainConfig):
+        if item.name == "tiny":
+            for sub in dataclasses.fields(TinySpec):
+                options.append(
+                    _option(
+                        sub.name, tiny_hints[sub.name], sub.default, tiny_docs[sub.name], "tiny_"
+                    )
+                )
+            continue
+        options.append(_option(item.name, hints[item.name], item.default, docs[item.name]))
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@config_options
 def main(**options) -> None:
-    """Train a tiny model with the reference GRPO loop and show the reward curve."""
+    """Train a tiny model with the reference GRPO loop and show the reward curve.
+
+    Every option is a field of `reference_impl.train.TrainConfig` (or of its tiny-model
+    `TinySpec`, as --tiny-*); defaults follow TRL 1.16's GRPOConfig unless a toy task sets them.
+    """
+    tiny = {
+        name[len("tiny_") :]: options.pop(name)
+        for name in list(options)
+        if name.startswith("tiny_")
+    }
     try:
-        result = run_training_demo(TrainConfig(**options))
+        result = run_training_demo(TrainConfig(**options, tiny=TinySpec(**tiny)))
     except GRPOInputError as error:
         raise click.ClickException(str(error)) from None
     raise SystemExit(0 if result.reached_target else 1)

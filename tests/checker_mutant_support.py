@@ -12,8 +12,9 @@ from pathlib import Path
 from checker.candidate import CandidateSpec
 from checker.checks import CheckResult, all_checks
 from checker.diagnosis import diagnose
-from checker.mutants import REPO_ROOT, Mutant
 from checker.sandbox import run_in_process
+from task_harness.installed import package_dir
+from task_harness.mutants import Mutant
 
 SEED = 1234
 
@@ -23,7 +24,7 @@ def mutated_package(mutant: Mutant, root: Path) -> Path:
     name = f"grpo_mutant_{mutant.id}"
     package = root / name
     shutil.copytree(
-        REPO_ROOT / "reference_impl", package, ignore=shutil.ignore_patterns("__pycache__")
+        package_dir("reference_impl"), package, ignore=shutil.ignore_patterns("__pycache__")
     )
     target = package / Path(mutant.file).relative_to("reference_impl")
     target.write_text(mutant.apply_to_text(target.read_text()))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from checker.candidate import PROTOCOL_DEFAULTS, CandidateSpec, TargetError, resolve_target
+from checker.candidate import CandidateSpec, TargetError, resolve_target
 from checker.checks import CheckResult, all_checks
 from checker.diagnosis import diagnose
 from checker.sandbox import run_in_process
+from reference_impl.protocol import DEFAULTS
 
 REPO = Path(__file__).resolve().parent.parent
 ALT = REPO / "tests" / "alt_impls"
@@ -65,7 +68,7 @@ def test_trl_alias_epsilon_and_unknown_keys(tmp_path):
     (tmp_path / "c.yaml").write_text("module: m\nconfig: {epsilon: 0.3, loss_type: bnpo}\n")
     spec = resolve_target(str(tmp_path / "c.yaml"))
     assert spec.config == {"epsilon_low": 0.3, "loss_type": "bnpo"}
-    assert set(spec.config) <= set(PROTOCOL_DEFAULTS)
+    assert set(spec.config) <= set(DEFAULTS)
     with pytest.raises(TargetError, match="trl: not a TRL source tree|no such file"):
         resolve_target(str(tmp_path / "nothing.yaml"))
 
@@ -160,10 +163,35 @@ def test_values_a_candidate_rejects_by_name_are_skipped_not_flagged(tmp_path):
     assert statuses == {"error"}
 
 
-def test_checker_knows_exactly_the_functions_reference_impl_exposes():
-    """The parent process keeps its own torch-free copy of the protocol's names; it must not drift."""
+def test_reference_impl_exposes_every_protocol_function():
     import reference_impl
-    from checker.candidate import EXTENSION_FUNCTIONS, PROTOCOL_FUNCTIONS
+    from reference_impl.protocol import ALL_FUNCTIONS
 
-    assert set(PROTOCOL_FUNCTIONS) == set(reference_impl.STAGE_FUNCTIONS)
-    assert set(EXTENSION_FUNCTIONS) == set(reference_impl.EXTENSION_FUNCTIONS)
+    assert [name for name in ALL_FUNCTIONS if not callable(getattr(reference_impl, name))] == []
+
+
+def test_the_parent_reads_the_protocol_without_importing_torch():
+    """grpo-check's parent never runs candidate code, so it must not pay for (or crash on) torch."""
+    script = "import sys, checker.cli; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_declared_function_dependencies_reach_the_diagnosis(tmp_path):
+    """A candidate function's `grpo_check_depends_on` joins the dependencies of every check that
+    uses it, in the results the engine returns (so the diagnosis can fold knock-on failures)."""
+    (tmp_path / "kl_in_loss.py").write_text(
+        "from reference_impl import compute_loss as _loss, per_token_kl as _kl\n"
+        "def per_token_kl(logps, ref):\n"
+        "    return -_kl(logps, ref)  # the bug\n"
+        "def compute_loss(*args, **kwargs):\n"
+        "    return _loss(*args, **kwargs)\n"
+        "compute_loss.grpo_check_depends_on = ('kl',)\n"
+    )
+    results = _run(tmp_path / "kl_in_loss.py", ("kl", "loss_aggregation"))
+    loss_checks = [r for r in results if r.stage == "loss_aggregation"]
+    assert loss_checks and all("kl" in r.depends_on for r in loss_checks)
+    kl_own = [r for r in results if r.check == "kl.per_token_kl_matches_reference"]
+    assert kl_own and "kl" not in kl_own[0].depends_on

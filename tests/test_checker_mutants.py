@@ -13,7 +13,7 @@ import pytest
 from checker_mutant_support import check_package, mutated_package
 
 from checker.checks import all_checks
-from checker.mutants import load_corpus
+from task_harness.mutants import load_corpus
 
 MUTANTS = load_corpus("reference")
 

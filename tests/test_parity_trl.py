@@ -8,7 +8,7 @@ by `trl_harness.CapturingGRPOTrainer`. Every stage is then recomputed with `refe
 - logprobs:   `get_per_token_logps` on a never-prepared fp32 copy with the same weights, on
               mask == 1, within 1e-5 (policy, old and reference log-probs);
 - loss:       `compute_loss` on TRL's own log-probs within 1e-6, and dL/dlogp within 1e-7;
-              end to end from our own log-probs within rtol 1e-5 (tolerances: facts 13.4).
+              end to end from our own log-probs within rtol 1e-5.
 
 How TRL's normalisation maps onto the protocol (P = GA = S = 1). Every run uses one process and
 `gradient_accumulation_steps=1`, so TRL's extra `/ GA` (gt:L3153-3167) is 1. Off-policy regimes
@@ -19,7 +19,7 @@ cispo then divide by N * GA / S (gt:L3170-3172), which `trl_harness.protocol_num
 captured micro-batch and the advantages on the pre-shuffle batch.
 
 A fixture only tells right from wrong if the formulas it separates give different numbers
-(facts 13.4): `eos_bias` gives unequal completion lengths, T = 0.7 in most configs, reward
+`eos_bias` gives unequal completion lengths, T = 0.7 in most configs, reward
 functions return None for some rows and for a whole row, and `test_fixture_has_*` fails if a run
 loses one of these properties.
 """
@@ -34,7 +34,7 @@ from datasets import Dataset
 from trl_harness import IndependentScorer, TRLCapture, protocol_loss_kwargs, run_trl
 
 from reference_impl import combine_rewards, completion_mask, compute_advantages, compute_loss
-from reference_impl.loss import LOSS_TYPES
+from reference_impl.protocol import LOSS_TYPES
 from reference_impl.tiny import TinySpec, tiny_model_path
 
 pytestmark = pytest.mark.xdist_group("trl")
@@ -191,7 +191,7 @@ def _loss_and_grad(run: ParityRun, inputs: dict, per_token_logps: torch.Tensor):
 
 
 def test_fixture_has_unequal_lengths_and_truncation(run):
-    """Equal lengths make grpo, bnpo, dr_grpo and dapo agree (facts 9); truncated rows drive
+    """Equal lengths make grpo, bnpo, dr_grpo and dapo agree; truncated rows drive
     `mask_truncated_completions`."""
     for generation in run.capture.generations:
         ids = generation.batch["completion_ids"]
@@ -202,7 +202,7 @@ def test_fixture_has_unequal_lengths_and_truncation(run):
 
 
 def test_fixture_has_unscorable_rows(run):
-    """A function returns None for some rows, and every function for one row (facts 3)."""
+    """A function returns None for some rows, and every function for one row."""
     for generation in run.capture.generations:
         is_nan = generation.rewards_per_func.isnan()
         assert is_nan.any(1).sum() > is_nan.all(1).sum() > 0, f"NaN rewards {is_nan.tolist()}"
@@ -288,7 +288,7 @@ def test_old_and_ref_logps_match(run, scorer, initial_weights):
 
 
 def test_loss_and_gradient_match(run):
-    """The loss from TRL's own log-probs, and dL/dlogp, at the facts 13.4 tolerances."""
+    """The loss from TRL's own log-probs, and dL/dlogp, at the parity tolerances."""
     for step in run.capture.micro_steps:
         loss, grad = _loss_and_grad(run, step.inputs, step.per_token_logps)
         assert (loss - step.loss).abs() <= LOSS_ATOL, (
@@ -321,7 +321,7 @@ def _loss_variants(args, off_policy: bool) -> dict[str, dict]:
     """`compute_loss` keyword changes that the fixture must tell apart from TRL's config.
 
     True identities are not variants: dapo and bnpo agree exactly when one micro-batch is the
-    whole generation batch (facts 9), and on policy the sequence-level ratio has the token-level
+    whole generation batch, and on policy the sequence-level ratio has the token-level
     gradient (each token gets -A/N either way)."""
     one_micro_batch = args.steps_per_generation == 1
     variants = {

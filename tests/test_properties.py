@@ -1,7 +1,6 @@
 """Invariants of the reference stage functions over generated inputs (hypothesis).
 
-Each test states one rule that must hold for every input, not just for a worked example; the
-bug catalog's invariant battery (T01-T27) names most of them.
+Each test states one rule that must hold for every input, not just for a worked example.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from reference_impl import (
     per_token_kl,
     selective_log_softmax,
 )
-from reference_impl.loss import LOSS_TYPES
+from reference_impl.protocol import LOSS_TYPES
 from reference_impl.tiny import load_tiny
 
 FAST = settings(max_examples=60, deadline=None)

@@ -1,7 +1,7 @@
 """Each `reference_impl` stage function against values worked out by hand, and its bad-input errors.
 
 Expected numbers are derived in the comments from the formulas of the stage protocol and TRL 1.16
-(facts sections 3-9), never read back from the code under test.
+(`gt:L` lines cited beside each), never read back from the code under test.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def test_per_token_kl_by_hand():
     _close(per_token_kl(logp, ref), [[1 - ln2, ln2 - 0.5, 0.0]])
 
 
-# --- loss: aggregation (bug catalog T16) -------------------------------------------------------
+# --- loss: aggregation -------------------------------------------------------
 
 # On policy the ratio is 1, so the clipped per-token loss is -A: A = [-1, -2] gives per-token loss
 # rows 1 and 2; masked: L = [[1, 1, 0], [2, 0, 0]].

@@ -27,9 +27,9 @@ import trl
 from trl import GRPOConfig, GRPOTrainer
 
 import reference_impl.advantages as advantages_module
-from checker.skill.source import skill_source
-from checker.stages import STAGES
 from reference_impl import compute_advantages, compute_loss, per_token_kl
+from reference_impl.protocol import STAGES
+from skill_installer.source import skill_source
 
 SKILL = skill_source()
 FILES = {

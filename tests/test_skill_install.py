@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checker.skill import install as install_module
-from checker.skill.cli import skill
-from checker.skill.install import (
+from skill_installer import install as install_module
+from skill_installer.cli import skill
+from skill_installer.install import (
     CURRENT,
     FOREIGN,
     MODIFIED,
@@ -26,7 +26,7 @@ from checker.skill.install import (
     install_skill,
     uninstall_skill,
 )
-from checker.skill.source import skill_source
+from skill_installer.source import skill_source
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 import skills_ref
 from click.testing import CliRunner
 
-from checker.skill.cli import skill
-from checker.skill.source import skill_source
-from checker.skill.validate import confirm_loads, validate_skill
+from skill_installer.cli import skill
+from skill_installer.source import skill_source
+from skill_installer.validate import confirm_loads, validate_skill
 
 GOOD_FRONTMATTER = "name: {name}\ndescription: Use this when testing the validator.\nlicense: MIT\n"
 

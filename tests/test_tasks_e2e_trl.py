@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from checker.tasks.build import build_task
-from checker.tasks.generate import generate_task
-from checker.tasks.runner import run_trial
-from checker.tasks.spec import load_task, load_tasks
+from task_harness.build import build_task
+from task_harness.generate import generate_task
+from task_harness.runner import run_trial
+from task_harness.spec import load_task, load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e-trl")
 

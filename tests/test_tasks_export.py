@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.tasks.export import export_harbor
-from checker.tasks.spec import load_tasks
+from task_harness.export import export_harbor
+from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-export")
 
@@ -83,7 +83,10 @@ def test_export_writes_harbors_layout_for_every_task(exported):
             and "torch==2.13.0" in dockerfile
             and "trl==1.16.0" in dockerfile
         )
-        assert (folder / "environment" / "grpo-skill" / "checker").is_dir()
+        assert (folder / "environment" / "grpo-skill" / "site-packages" / "checker").is_dir()
+        assert not (
+            folder / "environment" / "grpo-skill" / "site-packages" / "task_harness"
+        ).exists()
         assert not (folder / "environment" / "workspace" / ".claude").exists()
 
 

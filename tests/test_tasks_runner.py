@@ -8,8 +8,8 @@ import time
 import zlib
 from pathlib import Path
 
-from checker.tasks.report import load_results, render_report, write_chart
-from checker.tasks.runner import TrialResult, append_result, finished_trials, run_agent
+from task_harness.report import load_results, render_report, write_chart
+from task_harness.runner import TrialResult, append_result, finished_trials, run_agent
 
 
 def test_timeout_kills_the_agents_whole_process_group(tmp_path):

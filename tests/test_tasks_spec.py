@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from checker.mutants import STAGES
-from checker.tasks.build import build_task
-from checker.tasks.spec import TaskSpecError, load_task, load_tasks
+from reference_impl.protocol import STAGES
+from task_harness.build import build_task
+from task_harness.spec import TaskSpecError, load_task, load_tasks
 
 SPECS = load_tasks()
 

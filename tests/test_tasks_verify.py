@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from checker.tasks.build import build_task
-from checker.tasks.runner import run_trial
-from checker.tasks.spec import REPO_ROOT, load_tasks
+from task_harness.build import build_task
+from task_harness.installed import package_dir
+from task_harness.runner import run_trial
+from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
@@ -35,7 +36,7 @@ def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
 
 def test_restoring_upstream_fixes_the_bugs_but_loses_the_decoy(decoy_task):
     """Copying reference_impl over the package fixes both bugs and silently drops epsilon 1e-6."""
-    upstream = REPO_ROOT / "reference_impl"
+    upstream = package_dir("reference_impl")
     agent = f"for f in advantages.py decode.py; do sed 's/reference_impl/minigrpo/g' {upstream}/$f > minigrpo/$f; done"
     result = run_trial(decoy_task, agent)
     assert result.bugs["batch_wide_std"] == 1.0 and result.bugs["decode_blanks_plain"] == 1.0
@@ -57,7 +58,7 @@ def test_editing_the_checker_scores_zero(decoy_task, tmp_path):
     (guarded / "checker").mkdir(parents=True)
     (guarded / "checker" / "verify.py").write_text("# the verifier\n")
     agent = f"GRPO_TASK_WORKSPACE=. bash {decoy_task}/solution/solve.sh && echo 'pass' >> {guarded}/checker/verify.py"
-    result = run_trial(decoy_task, agent, guarded_root=guarded)
+    result = run_trial(decoy_task, agent, guarded={"checker": guarded / "checker"})
     assert result.status == "tampered"
     assert result.reward == 0.0
 

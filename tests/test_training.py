@@ -1,7 +1,7 @@
 """The reference loop learns: end-to-end evidence that the stages fit together.
 
 The format task ('A =' -> '7 <eos>') starts at reward ~0 on the untrained tiny model and, with the
-measured settings (shared facts `toy-tasks.md`: 10/10 seeds, 27-42 steps), reaches 0.9 of the
+measured settings (10/10 seeds, 27-42 steps), reaches 0.9 of the
 maximum. A broken stage (a sign, a normaliser, a mask) leaves the reward flat near 0.
 """
 
@@ -40,7 +40,7 @@ def test_off_policy_kl_and_temperature_variant_learns():
 def test_truncated_completions_are_still_scored(monkeypatch):
     """`mask_truncated_completions` removes truncated rows from the loss only: TRL decodes and
     scores every completion (cut after its first EOS) before it zeroes their mask, and their
-    rewards still enter the group statistics (facts section 2)."""
+    rewards still enter the group statistics."""
     seen: list[list[int]] = []
 
     def recording_reward(prompts, completions, completion_ids, **_):

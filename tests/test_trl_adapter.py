@@ -1,6 +1,6 @@
-"""`checker.trl_adapter` computes the stage protocol with TRL 1.16's own code: it must agree with
+"""`checker.adapters.trl_adapter` computes the stage protocol with TRL 1.16's own code: it must agree with
 `reference_impl` (which reproduces TRL stage by stage) on seeded inputs, to the tolerances of the
-shared facts section 13.4, and it must drive whichever TRL copy is first on sys.path."""
+shared and it must drive whichever TRL copy is first on sys.path."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pytest
 import torch
 
 import reference_impl as reference
-from checker.mutants import STAGES
 from reference_impl import train as reference_train
+from reference_impl.protocol import STAGES
 from reference_impl.tiny import load_tiny
 
-adapter = pytest.importorskip("checker.trl_adapter")
+adapter = pytest.importorskip("checker.adapters.trl_adapter")
 
 pytestmark = pytest.mark.xdist_group("trl_adapter")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NAN = float("nan")
-# facts 13.4: advantages atol 1e-6, log-probs atol 1e-5, loss atol 1e-6, dL/dlogp atol 1e-7
+# advantages atol 1e-6, log-probs atol 1e-5, loss atol 1e-6, dL/dlogp atol 1e-7
 ADVANTAGE_ATOL, LOGP_ATOL, LOSS_ATOL, GRAD_ATOL = 1e-6, 1e-5, 1e-6, 1e-7
 
 
@@ -164,7 +164,7 @@ REGIMES = {
     "normalisers": {"max_completion_length": 12, "num_items_in_batch": 40},
     "sapo_temperatures": {"old": True, "sapo_temperature_pos": 0.5, "sapo_temperature_neg": 2.0},
 }
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"]
+from reference_impl.protocol import LOSS_TYPES  # noqa: E402
 
 
 def _loss_and_grad(compute_loss, inputs, loss_type, regime):
@@ -261,7 +261,7 @@ def test_every_function_points_into_the_imported_trl_source():
 
 
 def test_conventions_are_trl_1_16_defaults():
-    # facts section 11.1
+    # GRPOConfig 1.16 defaults (trl/trainer/grpo_config.py)
     assert adapter.CONVENTIONS == {
         "loss_type": "dapo",
         "scale_rewards": "group",
@@ -290,7 +290,7 @@ def test_a_trl_copy_first_on_the_path_is_the_one_driven(tmp_path):
     trainer_file.write_text(source.replace("(std_rewards + 1e-4)", "(std_rewards + 1e4)", 1))
     script = (
         "import sys, torch; sys.path.insert(0, sys.argv[1]);"
-        "from checker import trl_adapter as a;"
+        "from checker.adapters import trl_adapter as a;"
         "print(float(a.compute_advantages(torch.tensor([0.0, 1.0]), 2)[1]));"
         "print(a.compute_advantages.grpo_check_location)"
     )

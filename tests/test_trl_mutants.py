@@ -1,6 +1,6 @@
 """grpo-check's `trl` kind catches single-spot bugs in TRL itself and names the stage they are in.
 
-Each mutant of `tests/mutants/trl.yaml` is applied to a fresh copy of the installed TRL package in a
+Each mutant of `task_harness/corpus/trl.yaml` is applied to a fresh copy of the installed TRL package in a
 temporary folder and the copy is checked by the grpo-check engine (every check, then the
 diagnosis), exactly as `grpo-check COPY --kind trl` does. A mutant is LOCALISED when every failing
 check is in the mutated stage, or when the only other failing checks declare a dependency on it and
@@ -37,28 +37,19 @@ SEED = 1234
 
 def _forget_trl(tree: str) -> None:
     """Drop TRL, the adapter and the harness imported from an earlier copy (torch and transformers
-    stay: they are the slow part). `from checker import x` reads the package attributes too."""
-    import checker
+    stay: they are the slow part). `from checker.adapters import x` reads the package attributes
+    too."""
+    import checker.adapters
 
-    for name in [n for n in sys.modules if n == "trl" or n.startswith(("trl.", "checker.trl_"))]:
+    for name in [
+        n for n in sys.modules if n == "trl" or n.startswith(("trl.", "checker.adapters."))
+    ]:
         del sys.modules[name]
-    for attribute in ("trl_adapter", "trl_adapter_harness"):
-        if hasattr(checker, attribute):
-            delattr(checker, attribute)
+    for attribute in ("trl_adapter", "trl_trainer"):
+        if hasattr(checker.adapters, attribute):
+            delattr(checker.adapters, attribute)
     while tree in sys.path:
         sys.path.remove(tree)
-
-
-def with_adapter_dependencies(chk, result, adapter) -> tuple[str, ...]:
-    """A check's dependencies plus the stages the adapter functions it calls also run in TRL
-    (`grpo_check_depends_on`): the rule proposed to the engine, applied here until it has it."""
-    extra = {
-        stage
-        for name in chk.needs
-        for stage in getattr(getattr(adapter, name, None), "grpo_check_depends_on", ())
-        if stage != result.stage
-    }
-    return tuple(result.depends_on) + tuple(sorted(extra - set(result.depends_on)))
 
 
 def check_tree(tree: str) -> dict:
@@ -71,11 +62,8 @@ def check_tree(tree: str) -> dict:
     _forget_trl(tree)
     spec = CandidateSpec(target=tree, kind="trl", trl_source=tree)
     checks = all_checks()
-    results = run_in_process(spec, checks, SEED)
-    adapter = sys.modules["checker.trl_adapter"]
-    for chk, result in zip(checks, results, strict=True):
-        result.depends_on = with_adapter_dependencies(chk, result, adapter)
-    driven = adapter.harness.GRPO_TRAINER_FILE
+    results = run_in_process(spec, checks, SEED)  # the engine as the CLI runs it
+    driven = sys.modules["checker.adapters.trl_adapter"].harness.GRPO_TRAINER_FILE
     _forget_trl(tree)
     failing = [
         {
@@ -136,7 +124,8 @@ if __name__ == "__main__":
 
 import pytest  # noqa: E402 - the child above needs neither pytest nor the corpus
 
-from checker.mutants import STAGES, load_corpus  # noqa: E402
+from reference_impl.protocol import STAGES  # noqa: E402
+from task_harness.mutants import load_corpus  # noqa: E402
 
 MUTANTS = load_corpus("trl")
 NUM_BATCHES = 2

@@ -1,13 +1,13 @@
 """Run TRL 1.16's `GRPOTrainer` offline on CPU and capture the tensors of every stage.
 
 Shared by the parity tests and the benchmark; other test modules may import it read-only.
-The recipe follows the shared facts (`trl-1.16-grpo.md` sections 12-13):
+The recipe, measured on TRL 1.16:
 
 - fp32 throughout (`bf16=False, use_cpu=True`): TRL's bf16 default turns on CPU autocast and moves
   log-probs by ~1e-2, far beyond the 1e-5 parity tolerance.
 - the model is passed as a saved folder: with `beta != 0` TRL reloads the reference model from
   `config._name_or_path` (gt:L1003), so an in-memory model would get a different reference.
-- tensors are captured by subclassing at TRL's own seams (facts 13.1), never by replaying its
+- tensors are captured by subclassing at TRL's own seams, never by replaying its
   sampling: `_calculate_rewards` (gathered rewards per function), `_generate_and_score_completions`
   (the pre-shuffle generation batch), `_get_per_token_logps_and_entropies` (the policy log-probs
   with their graph) and `_compute_loss` (loss, and dL/dlogp by `torch.autograd.grad`).
@@ -148,7 +148,7 @@ OFFLINE_FP32_CPU = {
     "logging_steps": 1,
     "disable_tqdm": True,
 }
-"""GRPOConfig fields every offline CPU run needs (facts 12.3: bf16 and checkpointing defaults)."""
+"""GRPOConfig fields every offline CPU run needs (bf16 and gradient checkpointing are on by default)."""
 
 
 def grpo_config(output_dir: str | Path, **overrides) -> GRPOConfig:
@@ -164,7 +164,7 @@ def make_trainer(
     trainer_class: type[GRPOTrainer] = CapturingGRPOTrainer,
     **config,
 ) -> GRPOTrainer:
-    """A trainer on the saved model folder, its own tokenizer passed explicitly (facts 12.3 item 6)."""
+    """A trainer on the saved model folder, its own tokenizer passed explicitly."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     return trainer_class(
         model=str(model_path),
@@ -220,7 +220,7 @@ def protocol_loss_kwargs(args: GRPOConfig, inputs: dict[str, torch.Tensor]) -> d
 
 class IndependentScorer:
     """A never-`prepare`d fp32 copy of the model: TRL's forward is patched (fused head) and may
-    run under autocast, so independent log-probs need a model of their own (facts 13.1)."""
+    run under autocast, so independent log-probs need a model of their own."""
 
     def __init__(self, model_path: str | Path) -> None:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from checker.stages import STAGES
+from reference_impl.protocol import STAGES
 
 PLAYBOOK = "skills/grpo/references/debugging-playbook.md"
 STAGE_MODULES = STAGES
@@ -120,7 +120,10 @@ def run_one(chk: Check, candidate, seed: int) -> CheckResult:
 
     started = time.perf_counter()
     missing = [name for name in chk.needs if name not in candidate.functions]
-    result = CheckResult(chk.name, chk.stage, "pass", depends_on=chk.depends_on, order=chk.order)
+    depends_on = chk.depends_on + tuple(
+        sorted(candidate_dependencies(chk, candidate) - {chk.stage, *chk.depends_on})
+    )
+    result = CheckResult(chk.name, chk.stage, "pass", depends_on=depends_on, order=chk.order)
     location_function = chk.needs[0] if chk.needs else None
     if missing:
         result.status = "skip"
@@ -146,6 +149,22 @@ def run_one(chk: Check, candidate, seed: int) -> CheckResult:
         result.location = candidate.locations.get(location_function)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def candidate_dependencies(chk: Check, candidate) -> set[str]:
+    """Stages that the candidate's functions used by `chk` also compute.
+
+    A candidate function may run more of the pipeline than its protocol stage: the TRL adapter's
+    `compute_loss` is TRL's `_compute_loss`, and a function candidate's may call its own KL
+    helper. Such a function lists those stages in a `grpo_check_depends_on` attribute, so that a
+    bug in one of them, seen through this check, is diagnosed as a knock-on effect.
+    """
+    return {
+        stage
+        for name in chk.needs
+        for stage in getattr(candidate.functions.get(name), "grpo_check_depends_on", ())
+        if stage in STAGES
+    }
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -1,7 +1,7 @@
 """Probing `compute_loss`: its value and its gradient with respect to the per-token log-probs.
 
-The loss stages share one function, so each probe is chosen to see one stage only (the brief's
-"localisation"): aggregation from on-policy VALUES with negative advantages (the ratio is 1 in
+The loss stages share one function, so each probe is chosen to see one stage only (so that a
+failure is localised): aggregation from on-policy VALUES with negative advantages (the ratio is 1 in
 value, and min(rA, clip(r)A) = rA for A < 0 inside the band, so ratio and clipping bugs mostly
 vanish); the ratio from RATIOS of off-policy to on-policy gradients (the normaliser cancels); the
 clipping from WHICH tokens get zero gradient; the KL with A = 0 (the policy term vanishes).

@@ -1,6 +1,6 @@
 """Stage `advantages`: `compute_advantages(rewards [N], num_generations, scale_rewards) -> [N]`.
 
-Rule (TRL 1.16 gt:L2777-2810, facts section 4): A = (r - nanmean(group)) / (nanstd(group) + 1e-4)
+Rule (TRL 1.16 gt:L2777-2810): A = (r - nanmean(group)) / (nanstd(group) + 1e-4)
 with the Bessel (n - 1) std over non-NaN values, groups = contiguous blocks of G rows; "batch" uses
 the std of all N rewards, "none" skips the division; NaN results become 0.
 """
@@ -13,11 +13,11 @@ import torch
 
 from checker.checks import CheckFailure, check
 from checker.checks.context import Context, assert_close, fmt
+from reference_impl.protocol import SCALE_REWARDS
 
 NAN = math.nan
-MODES = ("group", "batch", "none")
 # fp32 means of non-dyadic constant groups leave a residue: TRL 1.16 gives |A| up to 6e-4 for a
-# constant group of 0.95 (facts section 4), so "zero" means below 1e-3 here.
+# constant group of 0.95, so "zero" means below 1e-3 here.
 CONSTANT_GROUP_TOLERANCE = 1e-3
 
 
@@ -36,7 +36,7 @@ def _std(grouped: torch.Tensor, correction: int, dim: int | None = 1) -> torch.T
 
 
 def wrong_advantages(rewards: torch.Tensor, G: int, mode: str) -> dict[str, torch.Tensor]:
-    """What common wrong implementations return (bug catalog B05-B13), for naming the cause."""
+    """What common wrong implementations return (batch-wide statistics, population std, epsilon misplaced, ...), for naming the cause."""
     grouped = rewards.view(-1, G)
     centred = (grouped - torch.nanmean(grouped, 1, keepdim=True)).view(-1)
     scale_std = _std(grouped, 1) if mode == "group" else _std(rewards.view(1, -1), 1)
@@ -97,7 +97,7 @@ def matches_reference(ctx: Context) -> None:
 @check("advantages", "compute_advantages")
 def matches_reference_other_scalings(ctx: Context) -> None:
     """Every other scale_rewards value ("group", "batch", "none") matches its formula too."""
-    for mode in MODES:
+    for mode in SCALE_REWARDS:
         if mode != ctx.config["scale_rewards"]:
             _matches_reference(ctx, mode, pass_mode=True)
 
@@ -149,7 +149,7 @@ def other_groups_do_not_matter(ctx: Context) -> None:
         first,
         atol=1e-5,
         what="the first group's advantages unchanged",
-        fallback_cause="advantages use batch-wide statistics (bug catalog B05/T01)",
+        fallback_cause="advantages use batch-wide statistics",
     )
 
 

@@ -1,6 +1,6 @@
 """Stage `clipping`: which tokens the clipped surrogate (and its variants) stops, inside `compute_loss`.
 
-Rules (TRL 1.16 gt:L3108-3124, facts section 8): -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+Rules (TRL 1.16 gt:L3108-3124): -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
 gives zero gradient exactly where A > 0 and r > 1 + eps_high, or A < 0 and r < 1 - eps_low; `delta`
 caps the unclipped r (zero gradient where A < 0 and r > delta); cispo weights the policy gradient by
 sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by the sign of A.

@@ -17,8 +17,9 @@ import math
 import torch
 
 import reference_impl
-from checker.candidate import PROTOCOL_DEFAULTS, Candidate
+from checker.candidate import Candidate
 from checker.checks import CandidateError, CheckFailure, Skip
+from reference_impl.protocol import CLIPPED_LOSS_TYPES, DEFAULTS
 
 
 def stable_seed(seed: int, salt: str) -> int:
@@ -48,7 +49,7 @@ class Context:
         try:
             out = fn(*args, **passed)
         except NotImplementedError as error:
-            options = {k: v for k, v in passed.items() if k in PROTOCOL_DEFAULTS}
+            options = {k: v for k, v in passed.items() if k in DEFAULTS}
             if options:
                 raise Skip(f"{name} does not implement {_kv(options)}") from None
             raise CandidateError(f"{name} raised NotImplementedError: {error}", name) from None
@@ -57,7 +58,7 @@ class Context:
             # (`ValueError: Unknown loss type: cispo`): an error naming a value this check asked
             # for is "not provided", not a bug. Any other exception stays an error.
             text = " ".join(str(error).split())[:200]
-            options = {k: v for k, v in passed.items() if k in PROTOCOL_DEFAULTS}
+            options = {k: v for k, v in passed.items() if k in DEFAULTS}
             named = {k: v for k, v in options.items() if isinstance(v, str) and v in text}
             if named:
                 raise Skip(f"{name} rejects {_kv(named)} ({text})") from None
@@ -98,7 +99,7 @@ class Context:
         """Drop keywords at the candidate's own convention; Skip if a needed one is not accepted."""
         passed = {}
         for key, value in kwargs.items():
-            if key in PROTOCOL_DEFAULTS and _same(value, self.config.get(key)):
+            if key in DEFAULTS and _same(value, self.config.get(key)):
                 continue
             if not _accepts(fn, key) or not self._supports(name, key, value):
                 raise Skip(f"{name} does not take {_kv({key: value})}")
@@ -120,7 +121,7 @@ class Context:
     def clipped_loss_type(self) -> str:
         """A loss type of the clipped family: the candidate's own if it is one, else dapo."""
         own = self.config["loss_type"]
-        return own if own in ("grpo", "bnpo", "dr_grpo", "dapo") else "dapo"
+        return own if own in CLIPPED_LOSS_TYPES else "dapo"
 
     # -- randomness -------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Stage `generation` (extension): `generate_completions(model, prompt_ids, prompt_mask, ...)`.
 
-Rules (extension brief; TRL RepeatSampler and GenerationConfig, facts sections 1-2): rows
+Rules (TRL 1.16 `RepeatSampler` and the trainer's `GenerationConfig`): rows
 g*G .. g*G + G - 1 continue prompt g (contiguous groups); samples come from softmax(logits / T)
 with no top-k / top-p, so G samples are not all identical and token frequencies match the
 tempered softmax; after a row's first EOS it holds pad_token_id. Sampling is seeded, so verdicts

@@ -1,6 +1,6 @@
 """Stage `kl`: the k3 penalty towards the reference policy, alone and inside `compute_loss`.
 
-Rule (TRL 1.16 gt:L3101-3105, facts section 7): with d = ref - logp, k3 = exp(d) - d - 1 >= 0,
+Rule (TRL 1.16 gt:L3101-3105): with d = ref - logp, k3 = exp(d) - d - 1 >= 0,
 0 with zero gradient when logp = ref (the reverse KL(pi_theta || pi_ref)); in the loss
 `+ beta * k3` per token before aggregation, times the UNCLIPPED ratio r when
 `use_bias_correction_kl`. Inside the loss it is probed with A = 0 (the policy term vanishes) and a
@@ -112,8 +112,7 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
             causes={
                 "the KL direction is swapped: d = logp - ref, not ref - logp": BETA
                 * _k3(-d).reshape(1),
-                "the KL term is subtracted: the loss maximises KL (bug catalog B45)": -BETA
-                * _k3(d).reshape(1),
+                "the KL term is subtracted: the loss maximises KL": -BETA * _k3(d).reshape(1),
                 "the KL term is not multiplied by beta": _k3(d).reshape(1),
                 "the KL term is missing from the loss": torch.zeros(1, dtype=torch.float64),
             },
@@ -163,7 +162,7 @@ def loss_kl_gradient(ctx: Context) -> None:
             what=f"KL gradient per unit weight (use_bias_correction_kl={flag})",
             causes={
                 f"use_bias_correction_kl={flag} is not honoured (the KL is {'not ' if correction else ''}multiplied by the ratio)": other,
-                "the KL term has no gradient (computed under no_grad or detached; bug catalog B46)": torch.zeros_like(
+                "the KL term has no gradient (computed under no_grad or detached)": torch.zeros_like(
                     seen
                 ),
                 "the KL gradient has the wrong sign (KL maximised)": -expected,
@@ -215,7 +214,7 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
 
 @check("kl", "compute_loss", depends_on=("ratio",))
 def sgd_step_reduces_kl(ctx: Context) -> None:
-    """With A = 0 and beta > 0, one small SGD step on the loss moves every unmasked log-prob towards the reference (T14)."""
+    """With A = 0 and beta > 0, one small SGD step on the loss moves every unmasked log-prob towards the reference."""
     logps, mask = batch(ctx)
     ref = logps + (ctx.rand(*logps.shape) - 0.5)
     _, grad = loss_and_grad(
@@ -233,7 +232,7 @@ def sgd_step_reduces_kl(ctx: Context) -> None:
         raise CheckFailure(
             "a gradient pulling logp towards ref",
             "zero gradient",
-            "the KL term has no gradient (computed under no_grad or detached; bug catalog B46)",
+            "the KL term has no gradient (computed under no_grad or detached)",
         )
     stepped = logps.double() - 0.01 * grad / scale
     before = reference_impl.per_token_kl(logps.double(), ref.double())[keep]
@@ -243,5 +242,5 @@ def sgd_step_reduces_kl(ctx: Context) -> None:
         raise CheckFailure(
             "KL to decrease on every token after one SGD step",
             f"it grew on {int(worse.sum())} of {int(keep.sum())} tokens",
-            "the KL term pushes away from the reference: its sign or direction is wrong (B45)",
+            "the KL term pushes away from the reference: its sign or direction is wrong",
         )

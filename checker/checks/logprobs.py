@@ -1,6 +1,6 @@
 """Stage `logprobs`: log pi(token | prefix) at the sampling temperature.
 
-Rule (facts section 5.3, TRL #3029): logp[:, j] = log_softmax(logits[:, L - T - 1 + j] / T)[x[L - T + j]]
+Rule (TRL #3029): logp[:, j] = log_softmax(logits[:, L - T - 1 + j] / T)[x[L - T + j]]
 in fp32; every value <= 0; compared only where the completion mask is 1; padding never changes
 the unmasked values.
 """
@@ -15,7 +15,7 @@ from checker.checks import CheckFailure, check
 from checker.checks.context import Context, assert_close, fmt
 
 TEMPERATURE = 0.7
-ATOL = 1e-5  # facts 13.4: a missing /T moves log-probs by >= 1
+ATOL = 1e-5  # a missing /T moves log-probs by >= 1
 
 
 def _shifted_logps(logits, input_ids, mask, temperature, shift):
@@ -212,5 +212,5 @@ def scoring_is_deterministic(ctx: Context) -> None:
         raise CheckFailure(
             "identical log-probs",
             f"max diff {fmt(float((first - second).detach()[keep].abs().max()))}",
-            "scoring is stochastic: dropout on, or sampling noise (bug catalog B31, T10)",
+            "scoring is stochastic: dropout on, or sampling noise",
         )

@@ -1,6 +1,6 @@
 """Stage `loss_aggregation`: how `compute_loss` reduces the masked per-token loss to a scalar.
 
-Rule (TRL 1.16 gt:L3153-3183 with one process and GA = 1, facts section 9, catalog T16):
+Rule (TRL 1.16 gt:L3153-3183 with one process and GA = 1):
 grpo and sapo: mean over rows of each row's masked token mean (count clamped to >= 1); bnpo:
 masked sum / max(mask sum, 1); dr_grpo: masked sum / (B * max_completion_length, None -> T);
 dapo and cispo: masked sum / max(num_items_in_batch, 1), None -> the mask sum.
@@ -16,6 +16,7 @@ from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import NEGATIVE_ADVANTAGES, batch, loss_and_grad
 from checker.checks.context import Context, assert_close, fmt
 from checker.fixtures import random_logps, unequal_mask
+from reference_impl.protocol import CLIPPED_LOSS_TYPES
 
 LENGTHS = [6, 3, 0, 5, 2]  # unequal, with one fully masked row
 ADVANTAGES = torch.tensor([-0.5, -1.25, -0.9, -0.8, -2.0])
@@ -83,7 +84,7 @@ def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
         expected = aggregate(token_loss, mask, loss_type, max_len, num_items)
         causes = {}
         same_rule = {"cispo": "dapo", "sapo": "grpo"}.get(loss_type, loss_type)
-        for rule in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        for rule in CLIPPED_LOSS_TYPES:
             if rule != same_rule:
                 cause = f"the loss equals the {NAMES[rule]} value: loss_type looks like {rule}, not {loss_type}"
                 causes[cause] = aggregate(token_loss, mask, rule, max_len, num_items)
@@ -127,7 +128,7 @@ def own_loss_type_matches_formula(ctx: Context) -> None:
 def other_loss_types_match_formula(ctx: Context) -> None:
     """Every other loss_type (grpo, bnpo, dr_grpo, dapo, cispo) the candidate takes equals its formula."""
     ran = 0
-    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
+    for loss_type in (*CLIPPED_LOSS_TYPES, "cispo"):
         if loss_type == ctx.config["loss_type"]:
             continue
         try:
@@ -164,7 +165,7 @@ def sapo_gradient_matches_formula(ctx: Context) -> None:
 
 @check("loss_aggregation", "compute_loss")
 def masked_entries_are_ignored(ctx: Context) -> None:
-    """Setting masked log-probs, old and reference log-probs to other finite values changes neither loss nor gradient (T16)."""
+    """Setting masked log-probs, old and reference log-probs to other finite values changes neither loss nor gradient."""
     logps, mask = batch(ctx, [6, 3, 5, 2])
     old = logps - (ctx.rand(*logps.shape) - 0.5) * 0.2
     ref = logps + (ctx.rand(*logps.shape) - 0.5)
@@ -205,7 +206,7 @@ def masked_entries_are_ignored(ctx: Context) -> None:
 
 @check("loss_aggregation", "compute_loss")
 def fully_masked_batch_is_zero(ctx: Context) -> None:
-    """A batch whose every token is masked gives loss 0 and a finite (zero) gradient, not NaN (T27)."""
+    """A batch whose every token is masked gives loss 0 and a finite (zero) gradient, not NaN."""
     logps, mask = batch(ctx)
     mask = torch.zeros_like(mask)
     value, grad = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask)

@@ -1,6 +1,6 @@
 """Stage `masking`: `completion_mask(completion_ids, eos_token_ids, mask_truncated_completions)`.
 
-Rule (TRL 1.16 gt:L1880-1885, bug catalog T18): 1 up to and including the first token whose id is
+Rule (TRL 1.16 gt:L1880-1885): 1 up to and including the first token whose id is
 in `eos_token_ids` (every id of the list), 0 after it; a row with no EOS is all 1 (all 0 when
 `mask_truncated_completions`); decided by position, never by comparing ids with the pad id.
 """
@@ -77,14 +77,14 @@ def eos_at_first_and_last_position(ctx: Context) -> None:
 
 @check("masking", "completion_mask")
 def every_eos_id_counts(ctx: Context) -> None:
-    """Every id in eos_token_ids ends a completion (e.g. <|endoftext|> and <|im_end|>; bug catalog B54)."""
+    """Every id in eos_token_ids ends a completion (e.g. <|endoftext|> and <|im_end|>)."""
     ids = torch.tensor([[5, EOS2, 6, 7, 8], [5, 6, EOS, 7, 8], [EOS2, 5, EOS, 6, 7]])
     _compare(ctx, ids, [EOS, EOS2], "mask with two EOS ids")
 
 
 @check("masking", "completion_mask")
 def pad_equal_to_eos(ctx: Context) -> None:
-    """When pad id == EOS id the first EOS is kept and the padding after it is not (bug catalog B55)."""
+    """When pad id == EOS id the first EOS is kept and the padding after it is not."""
     ids = torch.tensor([[5, 6, EOS, EOS, EOS], [5, EOS, EOS, EOS, EOS], [5, 6, 7, 8, 9]])
     _compare(ctx, ids, [EOS], "mask when pad == EOS", pad_id=EOS)
 
@@ -116,6 +116,6 @@ def truncated_rows_are_dropped(ctx: Context) -> None:
         ids,
         [EOS],
         "mask with truncated rows dropped",
-        first_causes={"mask_truncated_completions=True is ignored (bug catalog B63)": ignored},
+        first_causes={"mask_truncated_completions=True is ignored": ignored},
         mask_truncated_completions=True,
     )

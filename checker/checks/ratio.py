@@ -124,7 +124,7 @@ def sequence_ratio_is_geometric_mean(ctx: Context) -> None:
 
 @check("ratio", "compute_loss", depends_on=("clipping", "loss_aggregation"))
 def sgd_step_follows_advantage_sign(ctx: Context) -> None:
-    """One small SGD step on the loss raises log-probs of A > 0 tokens and lowers those of A < 0 (T12)."""
+    """One small SGD step on the loss raises log-probs of A > 0 tokens and lowers those of A < 0."""
     logps, mask = batch(ctx)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
     _, grad = loss_and_grad(ctx, logps, advantages, mask, importance_sampling_level="token")

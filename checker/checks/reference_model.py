@@ -1,6 +1,6 @@
 """Stage `reference_model` (extension): `make_reference_model(policy)`.
 
-Rule (facts section 6.2, catalog T23): a frozen copy of the policy as it is now: the same outputs
+Rule (TRL 1.16 gt:L984-1003): a frozen copy of the policy as it is now: the same outputs
 at creation (so KL at step 0 is 0), eval mode, and unaffected by any later update of the policy.
 `requires_grad` is not demanded: TRL 1.16 leaves it True on its reference and keeps it frozen by
 scoring it under no_grad, which is equally correct.
@@ -35,7 +35,7 @@ def _logps(model, ctx: Context):
 
 @check("reference_model", "make_reference_model", heavy=True)
 def kl_is_zero_at_creation(ctx: Context) -> None:
-    """A reference made from a policy that has already trained scores like it: KL = 0 on every token (T23)."""
+    """A reference made from a policy that has already trained scores like it: KL = 0 on every token."""
     policy = fixtures.tiny_model()
     with torch.no_grad():  # "as it is now": not the initial weights, not a checkpoint on disk
         for p in policy.parameters():
@@ -48,7 +48,7 @@ def kl_is_zero_at_creation(ctx: Context) -> None:
         raise CheckFailure(
             "KL 0 at step 0",
             f"max KL {fmt(float(kl.abs().max()))}",
-            "the reference is not a copy of the policy as it is now (fresh weights or another checkpoint; B52)",
+            "the reference is not a copy of the policy as it is now (fresh weights or another checkpoint)",
         )
 
 
@@ -57,9 +57,7 @@ def reference_is_in_eval_mode(ctx: Context) -> None:
     """The reference is in eval mode, so dropout (when the model has any) never makes the KL noisy."""
     ref = _reference(ctx, fixtures.tiny_model())
     if ref.training:
-        raise CheckFailure(
-            "eval mode", "train mode", "call .eval() on the reference (bug catalog B31)"
-        )
+        raise CheckFailure("eval mode", "train mode", "call .eval() on the reference")
 
 
 @check("reference_model", "make_reference_model", heavy=True)

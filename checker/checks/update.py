@@ -1,6 +1,6 @@
 """Stage `update` (extension): `grpo_step(policy, optimizer, ..., rewards, ...)`.
 
-Rules (extension brief, catalog T11/T12/T24): one step raises the probability of positive-
+Rules: one step raises the probability of positive-
 advantage completions relative to negative ones; parameters change; beta = 0 with equal rewards
 changes nothing; the result equals the reference's step (zero_grad before backward, clip the grad
 norm, optimizer.step); with num_iterations = 2 the old log-probs stay frozen, so the second pass
@@ -15,7 +15,7 @@ import reference_impl
 from checker import fixtures
 from checker.checks import CheckFailure, check
 from checker.checks.context import Context, fmt
-from checker.stages import COMPUTE_STAGES
+from reference_impl.protocol import COMPUTE_STAGES
 
 G = 4
 
@@ -161,7 +161,7 @@ def old_logps_frozen_across_iterations(ctx: Context) -> None:
     if diff > 1e-4 * max(1.0, separation):
         cause = "the second pass differs from the reference"
         if _max_param_diff(policy, recomputed) < 1e-5:
-            cause = "old log-probs are recomputed every iteration, so the ratio stays 1 (B36/B37)"
+            cause = "old log-probs are recomputed every iteration, so the ratio stays 1"
         raise CheckFailure(
             "the reference's parameters after 2 iterations",
             f"max parameter difference {fmt(diff)} (frozen vs recomputed old differ by {fmt(separation)})",

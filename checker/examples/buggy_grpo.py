@@ -1,4 +1,5 @@
-"""A from-scratch GRPO with three bugs that real trainers shipped (bug catalog B05, B24, B45).
+"""A from-scratch GRPO with three bugs that real trainers shipped: batch-wide
+advantage statistics, log-probs scored at temperature 1, and a KL term with the wrong sign.
 
 It runs, its loss is finite and its parameters change: a smoke test passes. `grpo-check demo`
 shows grpo-check finding each bug in its own stage. Do not copy this file: it is wrong on purpose.
@@ -15,13 +16,13 @@ def combine_rewards(rewards_per_func, reward_weights):
 
 def compute_advantages(rewards, num_generations, scale_rewards="group"):
     grouped = rewards.view(-1, num_generations)
-    baseline = rewards.mean()  # BUG (B05): one baseline for the whole batch, not per group
+    baseline = rewards.mean()  # BUG: one baseline for the whole batch, not per group
     std = grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
     return (rewards - baseline) / (std + 1e-4)
 
 
 def selective_log_softmax(logits, index, temperature=1.0):
-    # BUG (B24): the sampler divides by the temperature, the scorer forgets to
+    # BUG: the sampler divides by the temperature, the scorer forgets to
     logps = torch.log_softmax(logits.float(), dim=-1)
     return logps.gather(-1, index.unsqueeze(-1)).squeeze(-1)
 
@@ -64,6 +65,6 @@ def compute_loss(
     loss = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + high) * a)
     if beta != 0.0:
         kl = per_token_kl(per_token_logps, ref_per_token_logps) * ratio
-        loss = loss - beta * kl  # BUG (B45): the penalty is subtracted, so KL is maximised
+        loss = loss - beta * kl  # BUG: the penalty is subtracted, so KL is maximised
     items = mask.sum() if num_items_in_batch is None else torch.tensor(float(num_items_in_batch))
     return (loss * mask).sum() / items.clamp(min=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from checker.tasks.spec import TASKS_DIR, TaskSpecError, load_tasks
+from task_harness.spec import TASKS_DIR, TaskSpecError, load_tasks
 
 
 def _load(ids: tuple[str, ...], tasks_dir: Path):
@@ -23,7 +23,7 @@ def _build_errors():
     """Turn a patch that no longer applies into a one-line error instead of a traceback."""
     from contextlib import contextmanager
 
-    from checker.mutants import MutantError
+    from task_harness.mutants import MutantError
 
     @contextmanager
     def guard():
@@ -39,8 +39,8 @@ tasks_dir_option = click.option(
     "--tasks-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=TASKS_DIR,
-    show_default=True,
-    help="Folder holding the task specs.",
+    show_default=False,
+    help="Folder holding the task specs (default: the tasks shipped with the harness).",
 )
 
 
@@ -73,7 +73,7 @@ def list_command(as_json: bool, tasks_dir: Path) -> None:
 @tasks_dir_option
 def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_dir: Path) -> None:
     """Score the built-in agents oracle (must get 1.0) and nop (must get 0 on every bug)."""
-    from checker.tasks.verify import verify_tasks
+    from task_harness.baselines import verify_tasks
 
     specs = _load(task_ids, tasks_dir)
     rows = verify_tasks(specs, jobs=jobs, progress=None if as_json else click.echo)
@@ -109,8 +109,8 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
 @tasks_dir_option
 def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir) -> None:
     """Run AGENT on tasks; one JSON line per trial in OUT/results.jsonl as each trial ends."""
-    from checker.tasks.build import build_task
-    from checker.tasks.runner import append_result, finished_trials, run_trial
+    from task_harness.build import build_task
+    from task_harness.runner import append_result, finished_trials, run_trial
 
     specs = _load(task_ids, tasks_dir)
     results = out / "results.jsonl"
@@ -138,7 +138,7 @@ def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir)
 @click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report_command(out: Path) -> None:
     """Mean reward and full-pass rate per task and condition, per-bug fix rates, a PNG chart."""
-    from checker.tasks.report import load_results, render_report, write_chart
+    from task_harness.report import load_results, render_report, write_chart
 
     rows = load_results(out / "results.jsonl")
     if not rows:
@@ -158,7 +158,7 @@ def report_command(out: Path) -> None:
 @tasks_dir_option
 def export_command(out: Path, fmt: str, skill: bool, task_ids, tasks_dir: Path) -> None:
     """Write every task fully expanded in Harbor's layout under OUT."""
-    from checker.tasks.export import export_harbor
+    from task_harness.export import export_harbor
 
     with _build_errors():
         folders = export_harbor(_load(tuple(task_ids), tasks_dir), out, skill=skill)
@@ -174,14 +174,18 @@ def export_command(out: Path, fmt: str, skill: bool, task_ids, tasks_dir: Path) 
     "--bugs", "num_bugs", default=2, show_default=True, help="Bugs to draw (distinct stages)."
 )
 @click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=TASKS_DIR, show_default=True
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default="the current folder",
+    help="Where to write gen-s<SEED>-k<K>/ (never inside the installed package).",
 )
 @click.option(
     "--no-verify", is_flag=True, help="Skip checking that nop scores 0 on every drawn bug."
 )
 def generate_command(seed: int, num_bugs: int, out: Path, no_verify: bool) -> None:
     """Draw K bugs from the mutation catalog into a new reference-family task."""
-    from checker.tasks.generate import GenerateError, generate_task
+    from task_harness.generate import GenerateError, generate_task
 
     try:
         folder = generate_task(seed, num_bugs, out, verify=not no_verify)

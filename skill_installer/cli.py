@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from checker.skill.agents import AGENTS
-from checker.skill.install import (
+from skill_installer.agents import AGENTS
+from skill_installer.install import (
     InstallRefused,
     find_installations,
     install_skill,
     uninstall_skill,
 )
-from checker.skill.source import SkillSourceNotFound, skill_source
-from checker.skill.validate import validate_skill
+from skill_installer.source import SkillSourceNotFound, skill_source
+from skill_installer.validate import validate_skill
 
 AGENT_CHOICE = click.Choice(list(AGENTS))
 SCOPE_OPTION = click.option(

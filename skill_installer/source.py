@@ -7,7 +7,7 @@ import os
 import sysconfig
 from pathlib import Path
 
-from checker.skill.agents import SKILL_NAME
+from skill_installer.agents import SKILL_NAME
 
 # Written into every folder we install; never part of the skill itself.
 MANIFEST_NAME = ".grpo-skill-install.json"
@@ -23,13 +23,13 @@ def candidate_sources() -> list[Path]:
     """Where the skill may be, most specific first.
 
     1. `$GRPO_SKILL_SOURCE` (an explicit override, e.g. for a checkout elsewhere);
-    2. `skills/grpo` next to the `checker` package (a source tree or an editable install);
+    2. `skills/grpo` next to this package (a source tree or an editable install);
     3. `<prefix>/share/grpo-skill/skills/grpo` (a wheel that ships the skill as data files).
     """
     candidates = []
     if os.environ.get("GRPO_SKILL_SOURCE"):
         candidates.append(Path(os.environ["GRPO_SKILL_SOURCE"]))
-    package_root = Path(__file__).resolve().parents[2]
+    package_root = Path(__file__).resolve().parents[1]
     candidates.append(package_root / "skills" / SKILL_NAME)
     data_root = Path(sysconfig.get_paths()["data"])
     candidates.append(data_root / "share" / "grpo-skill" / "skills" / SKILL_NAME)

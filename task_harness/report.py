@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from checker.tasks.png import bar_chart
+from task_harness.png import bar_chart
 
 NON_BUG_KEYS = {"anti_cheat"}
 

@@ -1,6 +1,6 @@
 """Single-spot mutants: a named, exact text replacement in one source file.
 
-The mutation corpus (`tests/mutants/*.yaml`) proves the checker, and the debug-task generator draws
+The mutation corpus (`task_harness/corpus/*.yaml`) proves the checker, and the debug-task generator draws
 its bugs from the same corpus. A mutant applies only where its `find` text occurs exactly once, so a
 change to the mutated source is caught when the corpus is loaded, not silently skipped.
 """
@@ -12,10 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from checker.stages import STAGES
+from reference_impl.protocol import STAGES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CORPUS_DIR = REPO_ROOT / "tests" / "mutants"
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 
 
 class MutantError(ValueError):
@@ -33,7 +32,7 @@ class Mutant:
     replace: str
     description: str
     symptom: str = ""
-    source: str = ""  # the real-bug catalog id (B05, ...) or paper it imitates, if any
+    source: str = ""  # the public bug report or paper it imitates, if any
 
     def apply_to_text(self, text: str) -> str:
         count = text.count(self.find)

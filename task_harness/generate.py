@@ -1,6 +1,6 @@
 """`tasks generate --seed N --bugs K`: a fresh reference-family task drawn from the mutant corpus.
 
-K mutants of `tests/mutants/reference.yaml` in K distinct stages (at most one inside
+K mutants of `task_harness/corpus/reference.yaml` in K distinct stages (at most one inside
 `compute_loss`, whose stages share code paths), a symptom-only instruction made of their
 symptoms, the hidden verifier and the oracle. Unless told not to, the task is built and the nop
 agent scored: a drawn bug the verifier cannot see (nop scores it) is replaced by another draw.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from checker.mutants import Mutant, load_corpus
-from checker.tasks.spec import load_task
+from task_harness.mutants import Mutant, load_corpus
+from task_harness.spec import load_task
 
 LOSS_STAGES = {"ratio", "clipping", "kl", "loss_aggregation"}
 MAX_REDRAWS = 6
@@ -124,8 +124,8 @@ def write_task(folder: Path, bugs: list[Mutant]) -> Path:
 
 def generate_task(seed: int, num_bugs: int, out: Path, verify: bool = True) -> Path:
     """Write `out/gen-s<seed>-k<K>/` and return it."""
-    from checker.tasks.build import build_task
-    from checker.tasks.runner import run_trial
+    from task_harness.build import build_task
+    from task_harness.runner import run_trial
 
     if num_bugs < 1:
         raise GenerateError("--bugs must be at least 1")

@@ -1,7 +1,6 @@
 """Where each coding agent loads Agent Skills from, at project and at user scope.
 
-Sources: the agents' own documentation and loaders, summarised in the project's facts file
-`agent-skills.md` section 3.1. Each agent has one folder we install into (`install_root`) and the
+Sources: the agents' own documentation and loaders. Each agent has one folder we install into (`install_root`) and the
 list of folders it reads (`load_roots`); several agents read more than one folder, which is how the
 same skill ends up loaded twice.
 """

@@ -14,8 +14,9 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from checker.tasks.spec import REPO_ROOT, TaskSpec
-from checker.tasks.verifier.digest import sha256, tree_digest
+from task_harness.installed import package_dir
+from task_harness.spec import TaskSpec
+from task_harness.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
@@ -66,7 +67,7 @@ def _build_reference(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path
     intended = scratch / "intended"
     buggy = scratch / "buggy"
     for root in (intended, buggy):
-        shutil.copytree(REPO_ROOT / "reference_impl", root / "reference_impl", ignore=IGNORE)
+        shutil.copytree(package_dir("reference_impl"), root / "reference_impl", ignore=IGNORE)
     _apply(intended, spec, ("setup",))
     _apply(buggy, spec, ("setup", "bug"))
     touched = {p.mutant.file for p in spec.patches if p.kind == "bug"}
@@ -125,7 +126,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     (root / "instruction.md").write_text(spec.instruction)
     for name in ("verify.py", "digest.py", "judge.py", "ref_probes.py", "trl_probes.py"):
         shutil.copy(VERIFIER / name, tests / name)
-    shutil.copytree(REPO_ROOT / "reference_impl", tests / "reference_impl", ignore=IGNORE)
+    shutil.copytree(package_dir("reference_impl"), tests / "reference_impl", ignore=IGNORE)
     shutil.copy(TEMPLATES / "test.sh", tests / "test.sh")
     shutil.copy(TEMPLATES / "solve.sh", solution / "solve.sh")
     for script in (tests / "test.sh", solution / "solve.sh"):
@@ -142,7 +143,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     (tests / "task.json").write_text(json.dumps(task, indent=2))
     shutil.copy(TEMPLATES / "Dockerfile", environment / "Dockerfile")
     if skill:  # the --skill condition: our installer, into the workspace's agent folders
-        from checker.skill.install import install_skill
+        from skill_installer import install_skill
 
         install_skill(workspace)
     return root

@@ -3,7 +3,7 @@
 Every rule is one small function that returns the problems it found. Errors make a skill fail
 to load in at least one client (or fail the spec); warnings are portability and size advice.
 Sources: agentskills.io specification, skills-ref 0.1.1, the Codex loader, Anthropic's upload
-rules and `quick_validate.py`, `gh skill publish` (facts file `agent-skills.md` sections 1, 2, 6).
+rules and `quick_validate.py`, `gh skill publish`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from checker.skill.source import IGNORED_NAMES, skill_files
+from skill_installer.source import IGNORED_NAMES, skill_files
 
 ALLOWED_FIELDS = {"name", "description", "license", "allowed-tools", "metadata", "compatibility"}
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import yaml
 
-from checker.mutants import Mutant, MutantError
-from checker.stages import STAGES
+from reference_impl.protocol import STAGES
+from task_harness.installed import default_tasks_dir
+from task_harness.mutants import Mutant, MutantError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-TASKS_DIR = REPO_ROOT / "tasks"
+TASKS_DIR = default_tasks_dir()
 FAMILIES = ("reference", "trl")
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 

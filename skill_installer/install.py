@@ -23,8 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checker import __version__
-from checker.skill.agents import (
+from skill_installer.agents import (
     SCOPES,
     SKILL_NAME,
     Agent,
@@ -32,8 +31,9 @@ from checker.skill.agents import (
     all_load_roots,
     resolve_agents,
 )
-from checker.skill.source import MANIFEST_NAME, file_hashes, skill_files, skill_source
-from checker.skill.validate import confirm_loads
+from skill_installer.source import MANIFEST_NAME, file_hashes, skill_files, skill_source
+from skill_installer.validate import confirm_loads
+from skill_installer.version import __version__
 
 TEMP_PREFIX = ".grpo-skill-tmp-"
 
@@ -119,7 +119,7 @@ def install_skill(
 
     project_dir: the project (workspace) root; used for scope "project" and to tell which
         agents see each folder.
-    agents: agent names from `checker.skill.agents.AGENTS` ("claude-code", "codex", "cursor",
+    agents: agent names from `skill_installer.agents.AGENTS` ("claude-code", "codex", "cursor",
         "gemini", "copilot", "opencode"); None means all of them.
     scope: "project" (folders under project_dir) or "user" (folders under HOME, honouring
         CLAUDE_CONFIG_DIR, CODEX_HOME and XDG_CONFIG_HOME).

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from checker.mutants import MutantError
-from checker.tasks.build import build_task
-from checker.tasks.runner import run_trial
-from checker.tasks.spec import TaskSpec
+from task_harness.build import build_task
+from task_harness.mutants import MutantError
+from task_harness.runner import run_trial
+from task_harness.spec import TaskSpec
 
 
 def verify_task(spec: TaskSpec, scratch: Path) -> dict:

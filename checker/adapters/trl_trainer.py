@@ -1,4 +1,4 @@
-"""The machinery behind `checker.trl_adapter`: one GRPOTrainer, seams to feed it, and a way to read it.
+"""The machinery behind `checker.adapters.trl_adapter`: one GRPOTrainer, seams to feed it, and a way to read it.
 
 Everything here serves one rule: the adapter never recomputes what TRL computes. It builds a real
 `GRPOTrainer` (TRL 1.16, whichever copy `import trl` finds first on sys.path), replaces only the
@@ -164,7 +164,7 @@ def _unused_reward(completions, **_) -> list[float]:
 
 
 def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
-    """TRL's offline CPU recipe (facts 12.2): fp32, no checkpointing, one process, GA = S = 1."""
+    """TRL's offline CPU recipe: fp32, no checkpointing, one process, GA = S = 1."""
     options = dict(
         output_dir=output_dir,
         use_cpu=True,
@@ -205,7 +205,7 @@ def build_trainer(model: str | Path, **overrides: Any) -> tuple[GRPOTrainer, lis
             processing_class=tokenizer,
         )
     trainer.model.train()  # HF Trainer switches to train mode inside train(); _compute_loss reads it
-    # P = GA = S = 1: TRL's normalisers equal the protocol's (facts section 9)
+    # P = GA = S = 1: TRL's normalisers equal the protocol's
     trainer.current_gradient_accumulation_steps = 1
     return trainer, fused_head_calls
 

@@ -22,13 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from checker.tasks.spec import REPO_ROOT
-from checker.tasks.verifier.digest import tree_digest
+from task_harness.installed import guarded_trees
+from task_harness.verifier.digest import tree_digest
 
 BUILTIN_AGENTS = ("oracle", "nop")
 VERIFIER_TIMEOUT = 900
-# The project's own code that a trial must not change (the local runner's "checker untouched").
-GUARDED_TREES = ("checker", "reference_impl", "skills")
 
 
 @dataclass
@@ -48,8 +46,9 @@ class TrialResult:
         return (self.task, self.agent, self.condition, self.trial)
 
 
-def guarded_digests(root: Path = REPO_ROOT) -> dict[str, str]:
-    return {name: tree_digest(root / name, "*") for name in GUARDED_TREES if (root / name).exists()}
+def guarded_digests(trees: dict[str, Path]) -> dict[str, str]:
+    """A digest of each of the project's code trees that a trial must not change."""
+    return {name: tree_digest(folder, "*") for name, folder in trees.items() if folder.exists()}
 
 
 def run_agent(command: str, workspace: Path, instruction: Path, timeout: float) -> tuple[str, str]:
@@ -89,7 +88,7 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def install_skill_into(workspace: Path) -> None:
     """The --skill condition: the grpo skill in the workspace's agent skill folders."""
-    from checker.skill.install import install_skill
+    from skill_installer import install_skill
 
     install_skill(workspace)
 
@@ -102,12 +101,13 @@ def run_trial(
     trial: int = 0,
     timeout: float = 1800,
     keep: Path | None = None,
-    guarded_root: Path = REPO_ROOT,
+    guarded: dict[str, Path] | None = None,
 ) -> TrialResult:
     """One trial of the built task folder `built` (Harbor layout) with `agent`.
 
-    `guarded_root` holds the checker, reference_impl and skills that the agent must leave alone
-    (this repository; tests point it elsewhere)."""
+    `guarded` maps names to the project code trees the agent must leave alone (default: the
+    checker, reference_impl, the skill installer, the harness and the skill as installed here;
+    tests point it elsewhere)."""
     task_id = built.name
     condition = "skill" if skill else "no-skill"
     started = time.perf_counter()
@@ -122,7 +122,8 @@ def run_trial(
         # Only an outside agent is watched: oracle and nop are ours, and guarding them would turn
         # a colleague's edit of checker/ during a long verify into a false "tampered".
         watched = agent not in BUILTIN_AGENTS
-        before = guarded_digests(guarded_root) if watched else {}
+        guarded = guarded_trees() if guarded is None else guarded
+        before = guarded_digests(guarded) if watched else {}
         env_vars = {"GRPO_TASK_WORKSPACE": str(workspace), "GRPO_TASK_PYTHON": sys.executable}
 
         status, detail = "ok", ""
@@ -140,11 +141,11 @@ def run_trial(
         elif agent != "nop":
             status, detail = run_agent(agent, workspace, instruction, timeout)
 
-        if watched and guarded_digests(guarded_root) != before:
+        if watched and guarded_digests(guarded) != before:
             return _finish(
                 TrialResult(task_id, agent, condition, trial, 0.0, status="tampered"),
                 started,
-                "the agent changed the project's checker, reference_impl or skills",
+                "the agent changed the project's own code (checker, reference_impl, skill, harness)",
             )
         # Only now does the verifier appear, outside the workspace.
         shutil.copytree(built / "tests", root / "tests")

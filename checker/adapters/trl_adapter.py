@@ -21,8 +21,8 @@ with only that method's inputs supplied by the adapter:
 Not provided (the checker skips those checks): `strip_reasoning`: TRL has no such function
 (reward functions receive the raw decoded text).
 
-Conventions: P = GA = S = 1 and train mode, so TRL's normalisers are the protocol's (facts section
-9). Each function's `grpo_check_location` is the line of the imported, possibly patched, TRL
+Conventions: P = GA = S = 1 and train mode, so TRL's normalisers are the protocol's (gt:L3153-3183).
+Each function's `grpo_check_location` is the line of the imported, possibly patched, TRL
 source that it drives.
 """
 
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
-from checker import trl_adapter_harness as harness
-from checker.trl_adapter_harness import (
+from checker.adapters import trl_trainer as harness
+from checker.adapters.trl_trainer import (
     PROMPT_TEXT,
     LogitsAsHiddenStates,
     TokenizerWithPad,
@@ -288,8 +288,8 @@ def selective_log_softmax(
 ) -> torch.Tensor:
     """TRL's fused-head log-prob of `index` under `logits` [..., V].
 
-    TRL 1.16's GRPOTrainer scores with its fused LM head, not `trl.trainer.utils.selective_log_softmax`
-    (facts 5.1), so each row is scored as a two-token sequence whose first hidden state is the row.
+     TRL 1.16's GRPOTrainer scores with its fused LM head, not `trl.trainer.utils.selective_log_softmax`
+    , so each row is scored as a two-token sequence whose first hidden state is the row.
     """
     vocab = logits.size(-1)
     rows = logits.reshape(-1, vocab)

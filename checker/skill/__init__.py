@@ -1,1 +1,0 @@
-"""Install, validate and list the grpo Agent Skill."""

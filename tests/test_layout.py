@@ -1,0 +1,211 @@
+"""The repository's products stay apart, and the built wheels carry everything their commands use.
+
+Products: `checker` (the grpo-check engine), `reference_impl` (the reference and the protocol),
+`skill_installer` (`grpo-check skill`), `task_harness` (`grpo-check tasks`, its own
+distribution). The import graph keeps each product's internals its own; the wheel test installs
+the two built wheels in a fresh virtual environment and runs one command of each group from an
+empty folder, as a new user would.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PRODUCTS = ("checker", "reference_impl", "skill_installer", "task_harness")
+
+# Which products each product may import, and how deep: "*" any module, "top" only the package's
+# public top level (`from skill_installer import install_skill`).
+ALLOWED = {
+    "checker": {"reference_impl": "*"},
+    "reference_impl": {},
+    "skill_installer": {},
+    "task_harness": {"reference_impl": "*", "skill_installer": "top"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name `path` imports, at any depth of the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def violations(product: str) -> list[str]:
+    found = []
+    for path in sorted((REPO / product).rglob("*.py")):
+        for module in imported_modules(path):
+            other = module.split(".")[0]
+            if other == product or other not in PRODUCTS:
+                continue
+            rule = ALLOWED[product].get(other)
+            if rule == "*" or (rule == "top" and module == other):
+                continue
+            found.append(f"{path.relative_to(REPO)} imports {module}")
+    return found
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_no_product_imports_another_products_internals(product):
+    assert violations(product) == []
+
+
+def test_the_import_rule_sees_a_forbidden_import(tmp_path, monkeypatch):
+    """The graph check is not vacuous: an engine module importing the harness is reported."""
+    fake = tmp_path / "checker"
+    fake.mkdir()
+    (fake / "leak.py").write_text("def f():\n    from task_harness.runner import run_trial\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert violations("checker") == ["checker/leak.py imports task_harness.runner"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The wheels, installed apart from the checkout
+
+
+OWN_ENTRIES = ("grpo_skill", "__editable__", "_grpo_skill", "distutils-precedence.pth", *PRODUCTS)
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> Path:
+    """A fresh venv holding the two built wheels; the heavy dependencies (torch, TRL, ...) are
+    the development venv's, seen through a folder of links that leaves out this project's own
+    installs, so nothing of the checkout can be imported."""
+    root = tmp_path_factory.mktemp("wheel-install")
+    wheels = root / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), "."]
+        + ["./packaging/grpo-skill-tasks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
+        + [str(w) for w in sorted(wheels.glob("*.whl"))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    dependencies = root / "dependencies"
+    dependencies.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(OWN_ENTRIES):
+            (dependencies / entry.name).symlink_to(entry)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(site) / "development-dependencies.pth").write_text(f"{dependencies}\n")
+    return venv
+
+
+def run_installed(venv: Path, *args: str, cwd: Path, timeout: float = 600):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_SKILL_SOURCE")}
+    env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
+    env["HOME"] = str(cwd / "home")
+    return subprocess.run(
+        [str(venv / "bin" / "grpo-check"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def empty_folder(tmp_path) -> Path:
+    folder = tmp_path / "empty"
+    (folder / "home").mkdir(parents=True)
+    return folder
+
+
+# The wheel tests share one venv, so they run on one worker.
+wheel_group = pytest.mark.xdist_group("wheel")
+
+
+@wheel_group
+def test_installed_code_comes_from_the_wheels(wheel_venv, empty_folder):
+    script = "import checker, reference_impl, skill_installer, task_harness; print(checker.__file__, task_harness.__file__)"
+    done = subprocess.run(
+        [str(wheel_venv / "bin" / "python"), "-c", script],
+        cwd=empty_folder,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert all(str(wheel_venv) in path for path in done.stdout.split()), done.stdout
+
+
+@wheel_group
+def test_tasks_list_and_verify_from_the_wheel(wheel_venv, empty_folder):
+    listed = run_installed(wheel_venv, "tasks", "list", "--json", cwd=empty_folder)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == len(list((REPO / "tasks").glob("*/task.toml")))
+    verified = run_installed(
+        wheel_venv, "tasks", "verify", "ref-advantage-epsilon", "--json", cwd=empty_folder
+    )
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    (row,) = json.loads(verified.stdout)
+    assert row["ok"] and row["oracle"] == 1.0
+
+
+@wheel_group
+def test_tasks_export_and_generate_from_the_wheel(wheel_venv, empty_folder):
+    exported = run_installed(
+        wheel_venv, "tasks", "export", "--format", "harbor", "out", cwd=empty_folder
+    )
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    folders = sorted((empty_folder / "out").iterdir())
+    assert len(folders) == len(list((REPO / "tasks").glob("*/task.toml")))
+    image = folders[0] / "environment" / "grpo-skill"
+    assert (image / "site-packages" / "checker" / "cli.py").is_file()
+    assert (image / "share" / "grpo-skill" / "skills" / "grpo" / "SKILL.md").is_file()
+    generated = run_installed(
+        wheel_venv,
+        "tasks",
+        "generate",
+        "--seed",
+        "5",
+        "--bugs",
+        "3",
+        "--out",
+        "gen",
+        cwd=empty_folder,
+    )
+    assert generated.returncode == 0, generated.stderr[-2000:]
+    assert (empty_folder / "gen" / "gen-s5-k3" / "task.toml").is_file()
+
+
+@wheel_group
+def test_skill_install_and_demo_from_the_wheel(wheel_venv, empty_folder):
+    installed = run_installed(
+        wheel_venv, "skill", "install", "--agent", "claude-code", cwd=empty_folder
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert (empty_folder / ".claude" / "skills" / "grpo" / "SKILL.md").is_file()
+    demo = run_installed(wheel_venv, "demo", "--no-training", cwd=empty_folder)
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "every check passes" in demo.stdout
