@@ -29,14 +29,14 @@ from trl import GRPOConfig, GRPOTrainer
 import reference_impl.advantages as advantages_module
 from reference_impl import compute_advantages, compute_loss, per_token_kl
 from reference_impl.protocol import STAGES
-from skill_installer.source import skill_source
 
-SKILL = skill_source()
+SKILL = Path(__file__).resolve().parents[1] / "skills" / "grpo"
 FILES = {
     "SKILL.md": SKILL / "SKILL.md",
     "algorithm": SKILL / "references" / "grpo-algorithm.md",
     "internals": SKILL / "references" / "grpo-trainer-internals.md",
     "playbook": SKILL / "references" / "debugging-playbook.md",
+    "grpo-check": SKILL / "references" / "grpo-check.md",
 }
 TEXT = {key: path.read_text(encoding="utf-8") for key, path in FILES.items()}
 TRAINER_SOURCE = Path(inspect.getsourcefile(GRPOTrainer)).read_text(encoding="utf-8").splitlines()
@@ -122,8 +122,11 @@ def trl_loss(
     grad_accum: int = 1,
     steps_per_generation: int = 1,
     epsilon: float = 0.2,
+    beta: float = 0.0,
+    ref: torch.Tensor | None = None,
+    use_bias_correction_kl: bool = True,
 ) -> torch.Tensor:
-    """TRL 1.16 `GRPOTrainer._compute_loss` on given log-probs (one process, beta 0)."""
+    """TRL 1.16 `GRPOTrainer._compute_loss` on given log-probs (one process; beta 0 unless given)."""
     accelerator = SimpleNamespace(
         num_processes=1,
         gather=lambda x: x,
@@ -132,7 +135,7 @@ def trl_loss(
     )
     args = SimpleNamespace(
         delta=None,
-        use_bias_correction_kl=True,
+        use_bias_correction_kl=use_bias_correction_kl,
         steps_per_generation=steps_per_generation,
         sapo_temperature_pos=1.0,
         sapo_temperature_neg=1.05,
@@ -142,7 +145,7 @@ def trl_loss(
         accelerator=accelerator,
         args=args,
         loss_type=loss_type,
-        beta=0.0,
+        beta=beta,
         epsilon_low=epsilon,
         epsilon_high=epsilon,
         importance_sampling_level="token",
@@ -168,6 +171,8 @@ def trl_loss(
     }
     if old is not None:
         inputs["old_per_token_logps"] = old
+    if ref is not None:
+        inputs["ref_per_token_logps"] = ref
     return GRPOTrainer._compute_loss(stub, None, inputs)
 
 
@@ -460,12 +465,12 @@ CLAIMS = [
     ),
     Claim(
         "algorithm",
-        "divides the `dapo` family by\n(N / P) · (GA / S)",
+        "divides the `dapo` family by\n(N_tok / P) · (GA / S)",
         lambda: close(dapo_window_normaliser(), 12 * 2 / 4, 1e-6),
     ),
     Claim(
         "internals",
-        "(N / P) · GA / S (from v1.10)",
+        "(N_tok / P) · GA / S (from v1.10)",
         lambda: close(dapo_window_normaliser(), 6.0, 1e-6),
     ),
     # Config facts.
@@ -556,3 +561,300 @@ def test_hyperparameter_default_matches_grpo_config(name, default, typical):
     if " to " in typical and actual is not None:  # a typical range must contain the default
         low, high = (float(x) for x in typical.split(" to "))
         assert low <= actual <= high
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11: each corrected statement is recomputed here, and the old wrong wording must be gone.
+
+CHUNKED_LOGPROB_SOURCE = (Path(trl.__file__).parent / "kernels" / "chunked_logprob.py").read_text()
+CALLBACKS_SOURCE = (Path(trl.__file__).parent / "trainer" / "callbacks.py").read_text()
+TRAINER_TEXT = "\n".join(TRAINER_SOURCE)
+
+
+def expected_kl_gradients() -> dict[str, torch.Tensor]:
+    """Exact expected gradients, over a 5-token softmax policy, of TRL's KL term and of both KLs.
+
+    The KL term is TRL's own `_compute_loss` with beta 1 and advantage 0 on one sampled token;
+    its expectation is the sum over the 5 tokens weighted by their (detached) probability.
+    """
+    theta = torch.tensor([0.3, -1.2, 0.8, 0.1, -0.4], dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([-0.5, 0.4, 0.2, -1.0, 0.9], dtype=torch.float64), -1)
+    logp = torch.log_softmax(theta, -1)
+    pi = logp.exp().detach()
+    grads = {}
+    for correction in (True, False):
+        total = torch.zeros_like(theta)
+        for token in range(5):
+            loss = trl_loss(
+                "bnpo",
+                logp[token].view(1, 1),
+                torch.zeros(1, dtype=torch.float64),
+                torch.ones(1, 1, dtype=torch.long),
+                beta=1.0,
+                ref=ref[token].view(1, 1),
+                use_bias_correction_kl=correction,
+            )
+            (grad,) = torch.autograd.grad(loss, theta, retain_graph=True)
+            total += pi[token] * grad
+        grads["bias_corrected" if correction else "plain"] = total
+    reverse = (logp.exp() * (logp - ref)).sum()  # KL(pi || ref)
+    forward = (ref.exp() * (ref - logp)).sum()  # KL(ref || pi)
+    grads["reverse"] = torch.autograd.grad(reverse, theta, retain_graph=True)[0]
+    grads["forward"] = torch.autograd.grad(forward, theta)[0]
+    return grads
+
+
+def kl_gradients_match_to_5_decimals() -> bool:
+    g = expected_kl_gradients()
+    same = lambda a, b: torch.allclose(a, b, atol=5e-6, rtol=0)  # noqa: E731
+    return (
+        same(g["bias_corrected"], g["reverse"])
+        and same(g["plain"], g["forward"])
+        and not same(g["bias_corrected"], g["forward"])  # the two objectives really differ here
+    )
+
+
+def length_correlated_losses(positive_first: bool) -> dict[str, float]:
+    """TRL loss per loss_type for A = ±0.707 on completions of 10 and 30 tokens, on policy, beta 0.
+
+    positive_first: the 10-token completion has A = +0.707 (the shorter answer is the better one).
+    """
+    mask = torch.zeros(2, 30, dtype=torch.long)
+    mask[0, :10] = 1
+    mask[1, :] = 1
+    sign = 1.0 if positive_first else -1.0
+    advantages = torch.tensor([0.707 * sign, -0.707 * sign])
+    losses = {}
+    for loss_type in ("dapo", "bnpo", "dr_grpo", "grpo"):
+        logps = torch.zeros(2, 30, requires_grad=True)
+        losses[loss_type] = trl_loss(
+            loss_type, logps, advantages, mask, max_completion_length=30
+        ).item()
+    return losses
+
+
+def length_losses_are_as_stated() -> bool:
+    shorter_better = length_correlated_losses(positive_first=True)
+    longer_better = length_correlated_losses(positive_first=False)
+    expected = {"dapo": 0.354, "bnpo": 0.354, "dr_grpo": 0.236, "grpo": 0.0}
+    return all(
+        close(shorter_better[t], v, 5e-4) and close(longer_better[t], -v, 5e-4)
+        for t, v in expected.items()
+    )
+
+
+def bnpo_and_dapo_accumulation() -> dict[str, tuple[float, float]]:
+    """(one batch, two accumulated micro-batches) for per-token losses [[1, 1], [2]] in TRL."""
+    rows = [
+        (torch.tensor([[-1.0, -1.0]]), torch.tensor([[1, 1]])),
+        (torch.tensor([[-2.0, -2.0]]), torch.tensor([[1, 0]])),
+    ]
+    full_mask = torch.tensor([[1, 1], [1, 0]])
+    results = {}
+    for loss_type in ("bnpo", "dapo"):
+        one_batch = trl_loss(
+            loss_type, torch.zeros(2, 2), torch.tensor([-1.0, -2.0]), full_mask, num_items=3
+        ).item()
+        accumulated = 0.0
+        for advantages, mask in rows:
+            accumulated += trl_loss(
+                loss_type,
+                torch.zeros(1, 2),
+                advantages[:, 0],
+                mask,
+                num_items=3,
+                grad_accum=2,
+                steps_per_generation=2,
+            ).item()
+        results[loss_type] = (one_batch, accumulated)
+    return results
+
+
+def old_logps_computed_with_vllm_correction() -> bool:
+    window = "\n".join(TRAINER_SOURCE[2641:2646])
+    return (
+        "self.args.gradient_accumulation_steps % generate_every != 0 or (" in window
+        and "self.use_vllm and self.vllm_importance_sampling_correction" in window
+        and DEFAULTS["vllm_importance_sampling_correction"] is True
+    )
+
+
+ISSUE_11_CLAIMS = [
+    Claim(
+        "algorithm",
+        "On an exact 5-token softmax the two\nexpected gradients match those KLs to 5 decimals.",
+        kl_gradients_match_to_5_decimals,
+    ),
+    Claim(
+        "SKILL.md",
+        "(A = ±0.707 with\nlengths 10 and 30 gives ±0.354; `bnpo` the same, `dr_grpo` ±0.236 with "
+        "`max_completion_length=30`)",
+        length_losses_are_as_stated,
+    ),
+    Claim(
+        "playbook",
+        "With A = ±0.707 and lengths 10 and 30 it is\n  ±0.354 (`bnpo` the same, `dr_grpo` ±0.236 "
+        "with `max_completion_length=30`); only `grpo`",
+        length_losses_are_as_stated,
+    ),
+    Claim(
+        "internals",
+        "With the default `dapo` it is minus the token-weighted mean advantage (plus β·KL)",
+        lambda: DEFAULTS["loss_type"] == "dapo" and length_losses_are_as_stated(),
+    ),
+    Claim(
+        "SKILL.md",
+        "always with\n  `use_vllm=True` while `vllm_importance_sampling_correction=True` (its default)",
+        old_logps_computed_with_vllm_correction,
+    ),
+    Claim(
+        "internals",
+        "old log-probs (if GA % (S·μ) != 0, or vLLM with IS)",
+        old_logps_computed_with_vllm_correction,
+    ),
+    Claim(
+        "internals",
+        "`logprobs = target_logit - log_z`",
+        lambda: "logprobs = target_logit - log_z" in CHUNKED_LOGPROB_SOURCE,
+    ),
+    Claim(
+        "internals",
+        "The\ntiles are computed in the autocast dtype (bf16 under the default `bf16=True`) unless\n"
+        "`cast_lm_head_to_fp32=True`; only the running accumulators (max, sum of exponentials, target\n"
+        "logit) are fp32.",
+        lambda: (
+            "torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)"
+            in CHUNKED_LOGPROB_SOURCE
+            and "target_logit = torch.zeros((N,), device=device, dtype=torch.float32)"
+            in CHUNKED_LOGPROB_SOURCE
+            and DEFAULTS["cast_lm_head_to_fp32"] is False
+        ),
+    ),
+    Claim(
+        "internals",
+        "`GRPOTrainer` 1.15 and 1.16 never call\n`selective_log_softmax`",
+        lambda: "selective_log_softmax(" not in TRAINER_TEXT,
+    ),
+    Claim(
+        "SKILL.md",
+        "`GRPOTrainer` no longer calls\n`selective_log_softmax`",
+        lambda: "selective_log_softmax(" not in TRAINER_TEXT,
+    ),
+    Claim(
+        "playbook",
+        "per-token losses [[1, 1], [2]] give 4/3 in one\n  batch but 1.5 accumulated",
+        lambda: (
+            close(bnpo_and_dapo_accumulation()["bnpo"][0], 4 / 3, 1e-6)
+            and close(bnpo_and_dapo_accumulation()["bnpo"][1], 1.5, 1e-6)
+        ),
+    ),
+    Claim(
+        "playbook",
+        "for `dapo`, whose normaliser is the token count of the whole optimizer step, the gradient of\n"
+        "  one batch equals the gradient accumulated",
+        lambda: close(*bnpo_and_dapo_accumulation()["dapo"], 1e-6),
+    ),
+    Claim(
+        "algorithm",
+        "per-token losses [[1, 1], [2]] give 4/3 as one batch but 1.5 accumulated",
+        lambda: bnpo_and_dapo_accumulation()["bnpo"] == pytest.approx((4 / 3, 1.5)),
+    ),
+    Claim(
+        "SKILL.md",
+        "(unless `sync_ref_model=True`)",
+        lambda: (
+            DEFAULTS["sync_ref_model"] is False
+            and "self.add_callback(SyncRefModelCallback(" in TRAINER_TEXT
+            and "mixup_alpha" in CALLBACKS_SOURCE
+        ),
+    ),
+    Claim(
+        "internals",
+        "| `completions/mean_length`, `completions/clipped_ratio` |",
+        lambda: 'self._metrics[mode]["completions/clipped_ratio"]' in TRAINER_TEXT,
+    ),
+    Claim(
+        "SKILL.md",
+        "GRPO adds a per-token\nk3 estimate of the KL to the loss",
+        lambda: "per_token_loss = per_token_loss + self.beta * per_token_kl" in TRAINER_TEXT,
+    ),
+]
+
+# The wrong statements of issue 11, exactly as the old text had them.
+REMOVED = [
+    ("algorithm", "It is the\nGRPO paper's choice and TRL's"),
+    ("algorithm", "on policy its expected gradient is that of the forward KL"),
+    ("SKILL.md", "because the advantages of each group sum to 0; watch the reward"),
+    ("internals", "near 0 is normal (advantages sum to 0 per group)"),
+    ("SKILL.md", "- With `num_iterations > 1`, old log-probs are computed once"),
+    ("internals", "old log-probs (only if GA % (S·μ) != 0)"),
+    ("internals", "computes `z_label - logsumexp(z)` and the entropy in fp32"),
+    ("internals", "The fused head (`trl/trainer/utils.py:add_fused_lm_head`)"),
+    ("SKILL.md", "Where bugs hide: helpers in `trl/trainer/utils.py` (`selective_log_softmax`"),
+    (
+        "playbook",
+        "the gradient of one batch equals the gradient accumulated over micro-batches with unequal\n  token counts",
+    ),
+    ("SKILL.md", "| its log-probs never change across steps |"),
+    ("internals", "clipped_ratio near 1: EOS never reached or EOS set incomplete"),
+    ("playbook", "refer to the project's catalog"),
+    ("SKILL.md", "KL penalty, comes from PPO"),
+    ("internals", "the gathered one has N = b·S·P rows"),
+    ("playbook", "with no hidden top-k"),
+]
+
+
+@pytest.mark.parametrize(
+    "claim", ISSUE_11_CLAIMS, ids=[f"{c.file}:{c.text[:40]}" for c in ISSUE_11_CLAIMS]
+)
+def test_issue_11_claim_is_in_the_skill_and_true(claim):
+    assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
+    assert claim.holds(), f"claim is false: {claim.text!r}"
+
+
+@pytest.mark.parametrize("file,phrase", REMOVED, ids=[f"{f}:{p[:40]}" for f, p in REMOVED])
+def test_issue_11_wrong_statement_is_gone(file, phrase):
+    assert phrase not in TEXT[file]
+
+
+def test_old_kl_claim_was_false_for_trls_default():
+    """The old text said TRL's KL gradient is the forward KL's; with TRL's default it is not."""
+    g = expected_kl_gradients()
+    assert DEFAULTS["use_bias_correction_kl"] is True
+    assert not torch.allclose(g["bias_corrected"], g["forward"], atol=1e-3)
+
+
+def test_old_loss_claim_was_false_for_dapo():
+    """The old text said the loss is near 0 because advantages sum to 0: true only for grpo."""
+    losses = length_correlated_losses(positive_first=False)
+    assert losses["grpo"] == pytest.approx(0.0, abs=1e-7)
+    assert losses["dapo"] < -0.3 and losses["bnpo"] < -0.3 and losses["dr_grpo"] < -0.2
+
+
+def test_skill_has_no_dangling_catalog_identifiers():
+    """Bug ids such as B05 or T16 pointed to a catalog the skill does not ship."""
+    for name, text in TEXT.items():
+        assert not re.findall(r"\b[BT]\d\d\b", text), name
+
+
+def test_skill_md_reaches_vendored_forks_and_sandboxes():
+    text = TEXT["SKILL.md"]
+    assert "grpo-check ./trl" in text and "`grpo-check trl` checks\nthe installed TRL" in text
+    assert "pip install grpo-skill" in text and "`make demo`" in text and "pip install -e ." in text
+    assert "Its target range is TRL 0.17 to 1.16" in text
+    assert "python scripts/grpo_probe.py --trl ./trl" in text
+    assert (SKILL / "scripts" / "grpo_probe.py").is_file()
+    assert len(text.splitlines()) < 300
+    # The CLI options and YAML format live in the grpo-check reference, not in SKILL.md.
+    assert "functions:\n" not in text and "functions:\n" in TEXT["grpo-check"]
+    assert "--junit-xml" in TEXT["grpo-check"]
+
+
+def test_description_names_variants_and_the_reward_contract():
+    front = TEXT["SKILL.md"].split("---", 2)[1]
+    for word in ("DAPO", "Dr. GRPO", "GSPO", "RLVR"):
+        assert word in front
+    for keyword in ("prompts", "completions", "completion_ids", "dataset columns", "trainer_state"):
+        assert keyword in front
+    call = "prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs"
+    assert call in TRAINER_TEXT and 'reward_kwargs["trainer_state"] = self.state' in TRAINER_TEXT
