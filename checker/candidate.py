@@ -12,7 +12,8 @@ tree first on `sys.path`. What this loader relies on from the adapter:
 - module-level functions named as in the stage protocol (and the extension), each called with the
   protocol's arguments;
 - optionally a `grpo_check_location = "path/to/grpo_trainer.py:LINE"` attribute on each function,
-  reported as the location of a failure;
+  reported as the location of a failure (a functions candidate may set it too: a shim around a
+  third-party trainer points at the trainer's line, not at itself);
 - optionally `CONVENTIONS: dict` (keyword defaults it implements, e.g. {"loss_type": "dapo"});
 - optionally `SUPPORTED: dict`: either {keyword: collection of supported values}
   (e.g. {"loss_type": {"dapo", "grpo"}}) or {function name: collection of keyword names it takes}.
@@ -167,7 +168,7 @@ def load_candidate(spec: CandidateSpec) -> Candidate:
         if not callable(fn):
             continue
         functions[name] = fn
-        locations[name] = source_location(fn, spec.cwd)
+        locations[name] = function_location(fn, spec.cwd)
     if not functions:
         raise TargetError(
             f"{spec.target}: exposes none of the protocol functions ({', '.join(PROTOCOL_FUNCTIONS)})"
@@ -222,8 +223,7 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
         fn = getattr(adapter, name, None)
         if callable(fn):
             functions[name] = fn
-            where = getattr(fn, "grpo_check_location", None)
-            locations[name] = str(where) if where else source_location(fn, spec.cwd)
+            locations[name] = function_location(fn, spec.cwd)
     if not functions:
         raise TargetError(f"{spec.target}: the TRL adapter exposes none of the protocol functions")
     declared = normalise_config(
@@ -232,6 +232,13 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
     config = {**DEFAULTS, **declared}
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
     return Candidate(spec, functions, locations, config, supported)
+
+
+def function_location(fn: object, cwd: str) -> str | None:
+    """Where a failure of `fn` is reported: its `grpo_check_location` (a shim or an adapter
+    points at the third-party line that computes the value), else its own definition."""
+    where = getattr(fn, "grpo_check_location", None)
+    return str(where) if where else source_location(fn, cwd)
 
 
 def source_location(fn: object, cwd: str) -> str | None:

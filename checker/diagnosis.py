@@ -7,12 +7,38 @@ is clean, so it cannot be the cause of failures elsewhere. A failing check is DI
 against its own stage when none of the stages it depends on is failing-and-not-cleared. The root
 stages are those with direct evidence; the other failing stages are knock-on effects. If every
 failure could be a knock-on effect, the earliest failing stage in pipeline order is named.
+
+One rule comes first: when the same error message comes out of checks in several stages (a
+trainer missing an attribute every check needs, an import that fails inside each call), that is
+one cause, not a bug per stage; it is named once, with how many checks it stopped.
 """
 
 from __future__ import annotations
 
+import re
+
 from checker.checks import PLAYBOOK, CheckResult
 from reference_impl.protocol import STAGES
+
+RAISED_BY = re.compile(r"^\w+ raised ")
+
+
+def error_cause(message: str) -> str:
+    """An error message without the function that raised it: `compute_loss raised X: y` and
+    `compute_advantages raised X: y` are one cause when every function fails the same way."""
+    return RAISED_BY.sub("", message, count=1)
+
+
+def shared_error(results: list[CheckResult]) -> tuple[str, list[CheckResult]] | None:
+    """The error that checks in two or more stages share, with those checks, if any."""
+    by_message: dict[str, list[CheckResult]] = {}
+    for result in results:
+        if result.status == "error":
+            by_message.setdefault(error_cause(result.message), []).append(result)
+    message, group = max(by_message.items(), key=lambda item: len(item[1]), default=("", []))
+    if len({r.stage for r in group}) < 2:
+        return None
+    return message, group
 
 
 def diagnose(results: list[CheckResult]) -> dict | None:
@@ -20,6 +46,35 @@ def diagnose(results: list[CheckResult]) -> dict | None:
     failing = [r for r in results if r.status in ("fail", "error")]
     if not failing:
         return None
+    shared = shared_error(failing)
+    if shared is None:
+        return _by_dependencies(results, failing)
+    message, group = shared
+    stages = [s for s in STAGES if s in {r.stage for r in group}]
+    summary = (
+        f"one error stops {len(group)} checks in {len(stages)} stages; fix it first: {message}"
+    )
+    rest = [r for r in failing if r not in group]
+    if not rest:
+        return {
+            "root_stages": stages[:1],
+            "explained_stages": stages[1:],
+            "summary": summary,
+            "references": [f"{PLAYBOOK}#{stages[0]}"],
+        }
+    after = _by_dependencies([r for r in results if r not in group], rest)
+    roots = stages[:1] + [s for s in after["root_stages"] if s != stages[0]]
+    failing_stages = {r.stage for r in failing}
+    return {
+        "root_stages": roots,
+        "explained_stages": [s for s in STAGES if s in failing_stages and s not in roots],
+        "summary": f"{summary}; then: {after['summary']}",
+        "references": [f"{PLAYBOOK}#{s}" for s in roots],
+    }
+
+
+def _by_dependencies(results: list[CheckResult], failing: list[CheckResult]) -> dict:
+    """The module docstring's rule: root stages are those with direct evidence."""
     failing_stages = {r.stage for r in failing}
     cleared = {
         stage

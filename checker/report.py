@@ -11,9 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from checker.checks import PLAYBOOK, CheckResult
+from checker.diagnosis import error_cause
 from reference_impl.protocol import STAGES
 
 STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "skip": "dim"}
+# Distinct skip reasons shown per stage in the table; --json keeps every one.
+MAX_SKIP_REASONS = 2
 
 
 def summary(results: list[CheckResult]) -> dict[str, int]:
@@ -59,7 +62,10 @@ def print_table(
         stage_counts = summary(rows)
         bad = [r.check.split(".", 1)[1] for r in rows if r.status in ("fail", "error")]
         skipped = sorted({r.message for r in rows if r.status == "skip"})
-        note = ", ".join(bad) if bad else ("; ".join(skipped) if skipped else "")
+        if len(skipped) > MAX_SKIP_REASONS:
+            hidden = len(skipped) - MAX_SKIP_REASONS
+            skipped = [*skipped[:MAX_SKIP_REASONS], f"(+{hidden} more reasons: --json lists all)"]
+        note = ", ".join(bad) if bad else "; ".join(skipped)
         root = diagnosis and stage in diagnosis["root_stages"]
         table.add_row(
             Text(stage + (" <- root" if root else ""), style="bold red" if root else "cyan"),
@@ -71,21 +77,51 @@ def print_table(
         )
     console.print(table)
     failures = [r for r in results if r.status in ("fail", "error")]
-    if failures:
-        console.print(Text("Failures (expected, seen: likely cause  [where]  see)", style="bold"))
-    for result in failures:
-        line = Text(f"{result.status.upper()} ", style=STYLE[result.status])
-        line.append(f"{result.check}: ", style="bold")
-        line.append(result.message)
-        if result.location:
-            line.append(f"  [{result.location}]", style="yellow")
-        line.append(f"  see {PLAYBOOK}#{result.stage}", style="dim")
-        console.print(line, soft_wrap=True)  # one line per failure: greppable, never re-wrapped
+    print_failures(console, failures, diagnosis)
     verdict = "all checks that ran passed" if not failures else "FAILED"
     console.print(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
         f"{counts['skip']} skipped: {verdict}"
     )
+
+
+def print_failures(console: Console, failures: list[CheckResult], diagnosis: dict | None) -> None:
+    """One line per root cause, in full; the failures of knock-on stages folded under it.
+
+    Checks that raise the same error are one cause: printed once with the others named. The
+    failures of stages the diagnosis explains by a root stage get one line per stage.
+    """
+    if not failures:
+        return
+    explained = set(diagnosis["explained_stages"]) if diagnosis else set()
+    console.print(Text("Failures (expected, seen: likely cause  [where]  see)", style="bold"))
+    printed: set[str] = set()
+    for result in failures:
+        cause = error_cause(result.message) if result.status == "error" else None
+        if result.stage in explained or cause in printed:
+            continue
+        same = [r for r in failures if r.status == "error" and error_cause(r.message) == cause]
+        if cause:
+            printed.add(cause)
+        line = Text(f"{result.status.upper()} ", style=STYLE[result.status])
+        line.append(f"{result.check}", style="bold")
+        if len(same) > 1:
+            line.append(f" (and {len(same) - 1} more checks with this error)", style="bold")
+        line.append(f": {result.message}")
+        if result.location:
+            line.append(f"  [{result.location}]", style="yellow")
+        line.append(f"  see {PLAYBOOK}#{result.stage}", style="dim")
+        console.print(line, soft_wrap=True)  # one line per cause: greppable, never re-wrapped
+    roots = ", ".join(diagnosis["root_stages"]) if diagnosis else ""
+    for stage in [s for s in STAGES if s in explained]:
+        rows = [r for r in failures if r.stage == stage]
+        names = ", ".join(r.check.split(".", 1)[1] for r in rows)
+        if all(r.status == "error" and error_cause(r.message) in printed for r in rows):
+            why = "the same error as above"
+        else:
+            why = f"likely knock-on effects of {roots}; --json has their messages"
+        line = f"  folded: {stage}: {len(rows)} failing ({names}): {why}"
+        console.print(Text(line, style="dim"), soft_wrap=True)
 
 
 def write_junit(path: str, target: str, results: list[CheckResult]) -> None:

@@ -858,3 +858,113 @@ def test_description_names_variants_and_the_reward_contract():
         assert keyword in front
     call = "prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs"
     assert call in TRAINER_TEXT and 'reward_kwargs["trainer_state"] = self.state' in TRAINER_TEXT
+
+
+# ---------------------------------------------------------------------------------------------
+# The playbook's questions section: each default and behaviour it quotes, from TRL 1.16.
+
+
+def built_config(**kwargs) -> GRPOConfig:
+    """A GRPOConfig after __post_init__ (which fills some defaults the fields leave open)."""
+    return GRPOConfig(output_dir="unused", use_cpu=True, report_to="none", **kwargs)
+
+
+QUESTION_CLAIMS = [
+    Claim(
+        "playbook",
+        '`use_vllm=True` with `vllm_mode="colocate"` (default)',
+        lambda: DEFAULTS["use_vllm"] is False and DEFAULTS["vllm_mode"] == "colocate",
+    ),
+    Claim(
+        "playbook",
+        "`vllm_gpu_memory_utilization` (default 0.3)",
+        lambda: DEFAULTS["vllm_gpu_memory_utilization"] == 0.3,
+    ),
+    Claim(
+        "playbook",
+        "(`vllm_server_host` 0.0.0.0, port 8000 by default)",
+        lambda: DEFAULTS["vllm_server_host"] == "0.0.0.0" and DEFAULTS["vllm_server_port"] == 8000,
+    ),
+    Claim(
+        "playbook",
+        '(`vllm_importance_sampling_mode="sequence_mask"`, upper bound 3.0)',
+        lambda: (
+            DEFAULTS["vllm_importance_sampling_mode"] == "sequence_mask"
+            and built_config().vllm_importance_sampling_clip_max == 3.0
+        ),
+    ),
+    Claim(
+        "playbook",
+        "`disable_dropout` defaults to False",
+        lambda: DEFAULTS["disable_dropout"] is False,
+    ),
+    Claim(
+        "playbook",
+        "`per_device_train_batch_size=4` with\n  the default G = 8 fails; 8 passes",
+        lambda: (
+            DEFAULTS["num_generations"] == 8
+            and config_rejects(per_device_train_batch_size=4)
+            and not config_rejects(per_device_train_batch_size=8)
+        ),
+    ),
+    Claim(
+        "playbook",
+        "`auto_find_batch_size=True` is rejected",
+        lambda: config_rejects(per_device_train_batch_size=8, auto_find_batch_size=True),
+    ),
+    Claim(
+        "playbook",
+        "Keep `gradient_checkpointing=True` (the default)",
+        lambda: built_config().gradient_checkpointing is True,
+    ),
+    Claim(
+        "playbook",
+        "The default `learning_rate` is 1e-6",
+        lambda: built_config().learning_rate == 1e-6,
+    ),
+    Claim(
+        "playbook",
+        "`sync_ref_model=True` is refused",
+        lambda: (
+            "You passed `sync_ref_model=True` while using a PEFT model, which is currently not "
+            "supported." in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "playbook",
+        '`[{"role": "assistant", "content": text}]`',
+        lambda: (
+            'completions = [[{"role": "assistant", "content": content}] for content in contents]'
+            in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "playbook",
+        "plus\n  `trainer_state`, `log_extra` and `log_metric`",
+        lambda: all(
+            f'reward_kwargs["{key}"] = ' in TRAINER_TEXT
+            for key in ("trainer_state", "log_extra", "log_metric")
+        ),
+    ),
+    Claim(
+        "playbook",
+        "Returning a list of another length raises a ValueError.",
+        lambda: (
+            "if len(output_reward_func) != len(prompts):\n                        raise ValueError("
+            in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "playbook",
+        "512 tokens by\n  default (256 before TRL 1.10)",
+        lambda: DEFAULTS["max_completion_length"] == 512,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "claim", QUESTION_CLAIMS, ids=[f"{c.file}:{c.text[:40]}" for c in QUESTION_CLAIMS]
+)
+def test_question_claim_is_in_the_playbook_and_true(claim):
+    assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
+    assert claim.holds(), f"claim is false: {claim.text!r}"

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.trl_releases import import_environment, transformers4_path, trl_release_path
+from trl_releases import import_environment, transformers4_path, trl_release_path
 
 PROBE = Path(__file__).resolve().parents[1] / "skills" / "grpo" / "scripts" / "grpo_probe.py"
 
@@ -104,6 +103,17 @@ def test_probe_passes_on_stock_trl_0_17():
     # reasoning handling, so the two reasoning cases are skipped, not passed.
     assert len(lines_with(result.stdout, "PASS")) == 7
     assert len(lines_with(result.stdout, "SKIP")) == 2
+
+
+def test_probe_runs_on_trl_0_14_whose_trainer_scores_rewards_inline():
+    """TRL 0.14 calls the reward functions inside `compute_loss`: the advantage probe runs only
+    the lines after them, and the log-prob probe says why it cannot run (no helper to call)."""
+    env = {**os.environ, "PYTHONPATH": str(transformers4_path())}
+    result = run_probe("--trl", str(trl_release_path("0.14.0")), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    advantages = [line for line in lines_with(result.stdout, "PASS") if " advantages " in line]
+    assert len(advantages) == 2, result.stdout
+    assert "TRL 0.14 computes it inline" in result.stdout
 
 
 def test_probe_finds_the_three_skillsbench_bugs(skillsbench_fork):

@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from tests.trl_releases import RELEASES, trl_release_path
+from trl_releases import RELEASES, trl_release_path
 
 INTERNALS = (
     Path(__file__).resolve().parents[1]

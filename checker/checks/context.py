@@ -49,10 +49,11 @@ class Context:
         try:
             out = fn(*args, **passed)
         except NotImplementedError as error:
+            # The candidate says it does not implement this case, whatever the case is (a
+            # keyword value, or a positional one such as two EOS ids): not provided, not a bug.
             options = {k: v for k, v in passed.items() if k in DEFAULTS}
-            if options:
-                raise Skip(f"{name} does not implement {_kv(options)}") from None
-            raise CandidateError(f"{name} raised NotImplementedError: {error}", name) from None
+            case = _kv(options) if options else _short(str(error)) or "this input"
+            raise Skip(f"{name} does not implement {case}") from None
         except (ValueError, KeyError) as error:
             # A trainer that implements some conventions rejects the others the way TRL does
             # (`ValueError: Unknown loss type: cispo`): an error naming a value this check asked
@@ -61,7 +62,7 @@ class Context:
             options = {k: v for k, v in passed.items() if k in DEFAULTS}
             named = {k: v for k, v in options.items() if isinstance(v, str) and v in text}
             if named:
-                raise Skip(f"{name} rejects {_kv(named)} ({text})") from None
+                raise Skip(f"{name} rejects {_kv(named)} ({_short(text)})") from None
             raise CandidateError(f"{name} raised {type(error).__name__}: {text}", name) from None
         except (Exception, SystemExit) as error:  # noqa: BLE001 - anything the candidate raises
             text = " ".join(str(error).split())[:200]
@@ -259,4 +260,19 @@ def _accepts(fn, key: str) -> bool:
 
 
 def _kv(options: dict) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in options.items())
+    """`key=value, ...` for a skip reason: short, so that a tensor never fills the report."""
+    return ", ".join(f"{k}={_brief(v)}" for k, v in options.items())
+
+
+def _brief(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)}" if value.numel() > 4 else repr(value.tolist())
+    if isinstance(value, list | tuple) and len(value) > 4:
+        return f"[{', '.join(map(repr, value[:3]))}, ... ({len(value)} items)]"
+    return repr(value)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """One line of at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -181,12 +181,18 @@ def stores(node: ast.AST, name: str) -> bool:
     )
 
 
+# Names that mark the statement calling the reward functions themselves.
+REWARD_CALLS = {"reward_funcs", "reward_processing_classes"}
+
+
 def trl_advantage_code(trainer_class: type) -> tuple[str, str, Callable]:
     """Source block of the trainer method that turns rewards into advantages, made runnable.
 
     Rule: in the first method (in source order) that assigns `advantages` from `rewards`, take
-    the top-level statements after the last assignment of `rewards_per_func` and up to the last
-    one assigning `advantages` before a statement that uses `process_slice` or `per_token_loss`.
+    the top-level statements after the last assignment of `rewards_per_func`, less the loop
+    that calls the reward functions (TRL 0.14 to 0.18 call them inline, after creating
+    `rewards_per_func`), up to the last one assigning `advantages` before a statement that uses
+    `process_slice` or `per_token_loss`.
     Returns (method name, "file:Lfirst-Llast", function(rewards, G) -> advantages).
     """
     for method_name in ("_generate_and_score_completions", "_prepare_inputs", "compute_loss"):
@@ -209,6 +215,8 @@ def trl_advantage_code(trainer_class: type) -> tuple[str, str, Callable]:
                 end = i
         if end is None:
             continue
+        while start < end and REWARD_CALLS & names_in(body[start]):
+            start += 1
         block = ast.Module(body=body[start : end + 1], type_ignores=[])
         code = compile(block, inspect.getsourcefile(method), "exec")
         span = f"{Path(inspect.getsourcefile(method)).name}:L{first_line + body[start].lineno - 1}-L{first_line + body[end].end_lineno - 1}"
