@@ -22,6 +22,15 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
 PACKAGE = "minigrpo"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
+VERIFIER_FILES = (
+    "verify.py",
+    "digest.py",
+    "judge.py",
+    "jail.py",
+    "plain.py",
+    "ref_probes.py",
+    "trl_probes.py",
+)
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {
     "reference": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
@@ -124,7 +133,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
 
     (root / "task.toml").write_text(harbor_toml(spec))
     (root / "instruction.md").write_text(spec.instruction)
-    for name in ("verify.py", "digest.py", "judge.py", "ref_probes.py", "trl_probes.py"):
+    for name in VERIFIER_FILES:
         shutil.copy(VERIFIER / name, tests / name)
     shutil.copytree(package_dir("reference_impl"), tests / "reference_impl", ignore=IGNORE)
     shutil.copy(TEMPLATES / "test.sh", tests / "test.sh")
