@@ -23,6 +23,7 @@ its observations back as plain JSON (`plain.py`), checked before use.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import os
@@ -38,8 +39,6 @@ from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS_DIR))
-
-import contextlib
 
 import jail  # noqa: E402  (shipped beside this file)
 import plain  # noqa: E402
