@@ -49,13 +49,6 @@ CHILD_TIMEOUT = 600
 STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 # The script the agent runs to train, per family (its name is what the children's sys.argv shows).
 TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py"}
-# The short training run: how many optimizer steps are watched, and the mean reward the last
-# WINDOW of them must reach. Measured on every task (README, "How the tasks resist shortcuts"):
-# the fixed trainers reach it with margin, trainers whose bugs suppress learning stay below.
-LEARNING = {
-    "reference": {"steps": 40, "window": 10, "threshold": 0.3},
-    "trl": {"steps": 40, "window": 10, "threshold": 0.3},
-}
 LEARNING_TIMEOUT = 300
 # The child's start: the script's name in sys.argv, the support folder first on the path, the
 # job (what to observe, where to write it) read from stdin.
@@ -207,9 +200,8 @@ class Children:
         except (OSError, plain.MalformedObservations) as error:
             return None, f"the trainer's observations are malformed: {error}"
 
-    def train(self) -> tuple[list[float], str]:
+    def train(self, rule: dict) -> tuple[list[float], str]:
         """The per-step mean rewards of the first steps of the training script, as it prints them."""
-        rule = LEARNING[self.family]
         process, _, _ = self.start(
             ["python", TRAIN_SCRIPT[self.family]],
             stdin=subprocess.DEVNULL,
@@ -266,10 +258,9 @@ def _step_rewards(line: str, family: str) -> list[float]:
 LOGGING_STEPS = 10  # train_grpo.py's logging_steps
 
 
-def learning_problems(rewards: list[float], family: str, tail: str) -> list[str]:
-    """Empty when the short training run learned: the mean reward of its last WINDOW steps
-    reaches the threshold measured for the family."""
-    rule = LEARNING[family]
+def learning_problems(rewards: list[float], rule: dict, tail: str) -> list[str]:
+    """Empty when the short training run learned: the mean reward of its last `window` steps
+    reaches the task's `threshold` (task.json "learning", set from measurements)."""
     if len(rewards) < rule["steps"]:
         return [
             f"the training script printed {len(rewards)} step rewards of the {rule['steps']} "
@@ -381,9 +372,13 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
         problems = checker(task, children)
         result, total = _weigh(task, problems, False, log)
         learning: list[str] = ["not run: a bug is not fixed"]
-        if all(result.values()):
-            rewards, tail = children.train()
-            learning = learning_problems(rewards, task["family"], tail)
+        rule = task.get("learning")
+        if rule is None:
+            learning = []
+            log.append("=== Learning: no short-run threshold measured for this task ===")
+        elif all(result.values()):
+            rewards, tail = children.train(rule)
+            learning = learning_problems(rewards, rule, tail)
             log.append("=== Learning: the first steps of the training script ===")
             log.append(f"mean rewards: {[round(r, 3) for r in rewards]}")
             log += [f"FAIL: {p}" for p in learning] or ["PASS"]
