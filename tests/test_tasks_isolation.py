@@ -142,3 +142,21 @@ def test_the_harbor_image_holds_only_its_condition(tmp_path, condition):
         has_checker = any(p.endswith("/checker/cli.py") for p in contents)
         assert has_checker == (condition == "skill")
         assert ("/usr/local/bin/grpo-check" in contents) == (condition == "skill")
+
+
+def test_the_environment_digest_sees_a_startup_hook_and_an_edit(tmp_path):
+    """The runner's second line of defence: a .pth added to a site-packages folder, or a module
+    rewritten, changes the digest of the environment."""
+    from task_harness.verifier.digest import environment_digest
+
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "module.py").write_text("x = 1\n")
+    before = environment_digest([tmp_path])
+    (site / "zz.pth").write_text("import os\n")
+    with_hook = environment_digest([tmp_path])
+    assert with_hook != before
+    (site / "zz.pth").unlink()
+    assert environment_digest([tmp_path]) == before
+    (site / "module.py").write_text("x = 22\n")
+    assert environment_digest([tmp_path]) != before
