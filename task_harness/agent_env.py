@@ -2,8 +2,8 @@
 
 The runner's own environment holds this project (an editable install of the checker, the harness,
 the task specs around it), so the agent never gets it. Each condition gets a venv of its own,
-built once and cached: the runner's site-packages without this project's entries, linked in
-file by file (hard links, so torch is not copied), plus, for the skill condition only, grpo-skill
+built once and cached: the runner's site-packages (and folders their .pth files add) without
+this project's entries, linked in file by file (hard links, so torch is not copied), plus, for the skill condition only, grpo-skill
 laid out exactly as the Harbor image's skill condition gets it (`export.copy_grpo_skill`) and a
 `grpo-check` command. The venv is shown read-only at /opt/venv in the agent's view.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import site
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 from task_harness.verifier.jail import PYTHON_ENV
@@ -49,14 +49,28 @@ def third_party_entries(site: Path) -> list[Path]:
     )
 
 
-def _fingerprint(site: Path, skill: bool) -> str:
+def site_folders() -> list[Path]:
+    """The runner's site-packages folders, and the folders their `.pth` files add to the path
+    (a development install may keep its dependencies in one)."""
+    sites = [Path(p) for p in site.getsitepackages() if Path(p).is_dir()]
+    added = []
+    for folder in sites:
+        for pth in sorted(folder.glob("*.pth")):
+            for line in pth.read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith(("#", "import")) and Path(line).is_dir():
+                    added.append(Path(line))
+    return sites + added
+
+
+def _fingerprint(sites: list[Path], skill: bool) -> str:
     """Changes when the stack or (skill condition) grpo-skill changes: a new env is built."""
     from task_harness.installed import package_dir
     from task_harness.verifier.digest import tree_digest
 
     digest = hashlib.sha256()
-    for entry in third_party_entries(site):
-        digest.update(f"{entry.name}:{entry.stat().st_mtime_ns}\n".encode())
+    for entry in (e for folder in sites for e in third_party_entries(folder)):
+        digest.update(f"{entry}:{entry.stat().st_mtime_ns}\n".encode())
     if skill:
         from skill_installer import skill_source
 
@@ -67,13 +81,18 @@ def _fingerprint(site: Path, skill: bool) -> str:
 
 
 def _link_tree(source: Path, target: Path) -> None:
-    """`target` as a copy of `source` whose files are hard links (a full copy across devices)."""
-    done = subprocess.run(["cp", "-al", str(source), str(target)], capture_output=True)
+    """`target` as a copy of `source` whose files are hard links to the originals, symlinks
+    followed (a full copy across devices)."""
+    if target.exists():  # an earlier folder on the path wins, as it does for imports
+        return
+    done = subprocess.run(["cp", "-RLl", str(source), str(target)], capture_output=True)
     if done.returncode != 0:
         if target.is_dir():
             shutil.rmtree(target)
-        copy = shutil.copytree if source.is_dir() else shutil.copy2
-        copy(source, target)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy2(source, target)
 
 
 def _venv_site(venv: Path) -> Path:
@@ -99,9 +118,9 @@ def agent_env(condition: str) -> Path:
     """The cached venv of `condition` ("skill" or "no-skill"), built on first use."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r}")
-    site = Path(sysconfig.get_paths()["purelib"])
+    sites = site_folders()
     skill = condition == "skill"
-    venv = cache_dir() / "agent-env" / f"{condition}-{_fingerprint(site, skill)}"
+    venv = cache_dir() / "agent-env" / f"{condition}-{_fingerprint(sites, skill)}"
     if (venv / "pyvenv.cfg").exists():
         return venv
     staging = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
@@ -111,8 +130,9 @@ def agent_env(condition: str) -> Path:
         check=True,
         capture_output=True,
     )
-    for entry in third_party_entries(site):
-        _link_tree(entry, _venv_site(staging) / entry.name)
+    for folder in sites:
+        for entry in third_party_entries(folder):
+            _link_tree(entry, _venv_site(staging) / entry.name)
     if skill:
         _add_grpo_skill(staging)
     try:
