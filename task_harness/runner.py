@@ -98,8 +98,9 @@ def run_agent(
 
     `{workspace}` and `{instruction}` are the paths the agent sees. At the end (normal exit or time
     limit) the view's PID namespace ends, which kills everything the agent started."""
-    rendered = command.format(
-        instruction=shlex.quote(INSTRUCTION), workspace=shlex.quote(jail.WORKSPACE)
+    # Only the two placeholders are replaced: other braces (`${VAR}`, JSON) are the command's own.
+    rendered = command.replace("{instruction}", shlex.quote(INSTRUCTION)).replace(
+        "{workspace}", shlex.quote(jail.WORKSPACE)
     )
     log = view.root / "agent.log"
     with log.open("w") as out:
