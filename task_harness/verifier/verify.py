@@ -112,8 +112,11 @@ class Children:
         own_venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
         self.python_env = Path(agent_env) if agent_env else own_venv
         self.jailed = jail.available()
-        self.as_nobody = not self.jailed and os.geteuid() == 0 and shutil.which("setpriv")
+        self.as_nobody = not self.jailed and os.geteuid() == 0 and bool(shutil.which("setpriv"))
         self.count = 0
+        if self.as_nobody:  # nobody may enter the scratch folder, never read tests/ (the oracle)
+            scratch.chmod(0o755)
+            TESTS_DIR.chmod(0o700)
 
     def _stage_support(self) -> None:
         """The probe code and what it imports, under neutral names, in a folder of its own."""
