@@ -22,11 +22,29 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
 PACKAGE = "minigrpo"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
+VERIFIER_FILES = (
+    "verify.py",
+    "digest.py",
+    "judge.py",
+    "jail.py",
+    "plain.py",
+    "ref_probes.py",
+    "trl_probes.py",
+)
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {
     "reference": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
     "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
 }
+
+
+# The short training run the verifier requires for a full score, per (family, toy task): the mean
+# reward over the last `window` of the first `steps` steps must reach `threshold`. Measured on
+# the succ tasks (the script's fixed seed, so the run is deterministic): fixed trainers 0.67-0.72
+# over steps 31-40 (ref-advantage-epsilon, ref-flat-reward-decoy, ref-kl-masking), buggy ones
+# 0.06 (ref-advantage-epsilon); 0.3 leaves a factor of 2 either side. The copy task and the TRL
+# family learn too slowly for a short run on 2 cores: no rule, the probes alone decide.
+LEARNING_RULES = {("reference", "succ"): {"steps": 40, "window": 10, "threshold": 0.3}}
 
 
 def installed_trl() -> Path:
@@ -124,7 +142,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
 
     (root / "task.toml").write_text(harbor_toml(spec))
     (root / "instruction.md").write_text(spec.instruction)
-    for name in ("verify.py", "digest.py", "judge.py", "ref_probes.py", "trl_probes.py"):
+    for name in VERIFIER_FILES:
         shutil.copy(VERIFIER / name, tests / name)
     shutil.copytree(package_dir("reference_impl"), tests / "reference_impl", ignore=IGNORE)
     shutil.copy(TEMPLATES / "test.sh", tests / "test.sh")
@@ -139,14 +157,25 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],
         "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.family]},
         "installed": {"trl": tree_digest(installed_trl())},
+        "learning": LEARNING_RULES.get((spec.family, spec.train.get("task"))),
     }
     (tests / "task.json").write_text(json.dumps(task, indent=2))
-    shutil.copy(TEMPLATES / "Dockerfile", environment / "Dockerfile")
+    (environment / "Dockerfile").write_text(dockerfile(skill))
     if skill:  # the --skill condition: our installer, into the workspace's agent folders
         from skill_installer import install_skill
 
         install_skill(workspace)
     return root
+
+
+def dockerfile(skill: bool) -> str:
+    """The image of a condition: the third-party stack, plus grpo-skill only for --skill (the
+    no-skill image holds nothing of this project)."""
+    text = (TEMPLATES / "Dockerfile").read_text()
+    if skill:
+        return text
+    head, _, rest = text.partition("# >>> skill condition only")
+    return head + rest.partition("# <<< skill condition only\n")[2]
 
 
 def harbor_toml(spec: TaskSpec) -> str:

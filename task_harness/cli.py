@@ -102,15 +102,21 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
     "--timeout",
     default=1800.0,
     show_default=True,
-    help="Seconds before the agent's process group is killed.",
+    help="Seconds before the agent, and everything it started, is killed.",
 )
 @click.option("--trials", default=1, show_default=True, help="Trials per task.")
 @click.option("--resume", is_flag=True, help="Skip trials already recorded in OUT/results.jsonl.")
+@click.option(
+    "--pass-env",
+    multiple=True,
+    metavar="NAME",
+    help="An environment variable the agent gets (an API key); it gets no other. Repeatable.",
+)
 @tasks_dir_option
-def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir) -> None:
+def run_command(task_ids, agent, skill, out, timeout, trials, resume, pass_env, tasks_dir) -> None:
     """Run AGENT on tasks; one JSON line per trial in OUT/results.jsonl as each trial ends."""
     from task_harness.build import build_task
-    from task_harness.runner import append_result, finished_trials, run_trial
+    from task_harness.runner import IsolationUnavailable, append_result, finished_trials, run_trial
 
     specs = _load(task_ids, tasks_dir)
     results = out / "results.jsonl"
@@ -125,9 +131,18 @@ def run_command(task_ids, agent, skill, out, timeout, trials, resume, tasks_dir)
             with _build_errors():
                 built = build_task(spec, Path(scratch))
             for trial in pending:
-                result = run_trial(
-                    built, agent, skill=skill, trial=trial, timeout=timeout, keep=out / "trials"
-                )
+                try:
+                    result = run_trial(
+                        built,
+                        agent,
+                        skill=skill,
+                        trial=trial,
+                        timeout=timeout,
+                        keep=out / "trials",
+                        pass_env=pass_env,
+                    )
+                except IsolationUnavailable as error:
+                    raise click.ClickException(str(error)) from None
                 append_result(results, result)
                 click.echo(
                     f"{spec.id} [{condition}] trial {trial}: reward {result.reward:.4f} ({result.status}, {result.seconds:.0f} s)"

@@ -1,11 +1,13 @@
 """`tasks export --format harbor DIR`: every task fully expanded, ready for `harbor run -p`.
 
-Each task's `environment/` gets the Dockerfile (python 3.11, torch 2.13.0 CPU, TRL 1.16.0), the
-agent's workspace and grpo-skill as installed here (`grpo-skill/`: the checker, reference_impl
-and the skill installer as site-packages folders with the distribution's entry points, and the
-skill as its data files), which the Dockerfile copies into the image so that the agent can run
-`grpo-check`. With `skill=True` the grpo skill is placed in the workspace's agent skill folders by
-our installer.
+Each task's `environment/` gets the condition's Dockerfile (python 3.11, torch 2.13.0 CPU, TRL
+1.16.0) and the agent's workspace. With `skill=True`, and only then, it also gets grpo-skill as
+installed here (`grpo-skill/`: the checker, reference_impl and the skill installer as
+site-packages folders with the distribution's entry points, and the skill as its data files),
+which that Dockerfile copies into the image so that the agent can run `grpo-check`, and the grpo
+skill is placed in the workspace's agent skill folders by our installer. No image holds the
+harness, a task spec, the verifier or the oracle's solution: Harbor uploads `tests/` to a
+separate, fresh verifier environment after the agent has finished.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def export_harbor(specs: list[TaskSpec], out: Path, skill: bool = False) -> list
     folders = []
     for spec in specs:
         folder = build_task(spec, out, skill=skill)
-        copy_grpo_skill(folder / "environment" / "grpo-skill")
+        if skill:
+            copy_grpo_skill(folder / "environment" / "grpo-skill")
         folders.append(folder)
     return folders
 

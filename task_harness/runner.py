@@ -1,9 +1,14 @@
-"""The local runner: one trial = a fresh workspace, the agent, then the hidden verifier.
+"""The local runner: one trial = a fresh workspace, the agent in a view of its own, then the verifier.
 
-No Docker here, so a trial is a temporary folder holding only what the agent may see (the task's
-`environment/workspace`, plus the grpo skill for the `--skill` condition). The agent runs there in
-its own session with a timeout; at the limit its whole process group is killed. `tests/` and
-`solution/` are copied in only after the agent has finished, next to (not inside) the workspace.
+No Docker here, so the agent runs in the view of `verifier/jail.py` (util-linux namespaces, as the
+unprivileged user nobody): it sees the task's workspace at /app, its own home and /tmp, the
+system's /usr and /etc, and a read-only Python environment built for its condition
+(`agent_env.py`: torch, transformers, TRL, datasets; grpo-skill and `grpo-check` only with
+--skill). It sees no build folder, no repository, no task spec, no other trial, and none of the
+runner's environment variables. When it exits or reaches its time limit, its PID namespace ends
+and every process it started dies with it. The verifier's files (`tests/`) are copied in only
+after that, beside the workspace, and it runs in the runner's own Python environment, which the
+agent never saw; both environments are digested before and after the agent.
 Each result is appended to `results.jsonl` as soon as the trial ends.
 """
 
@@ -17,16 +22,22 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from task_harness.agent_env import agent_env
 from task_harness.installed import guarded_trees
-from task_harness.verifier.digest import tree_digest
+from task_harness.verifier import jail
+from task_harness.verifier.digest import environment_digest, tree_digest
 
 BUILTIN_AGENTS = ("oracle", "nop")
 VERIFIER_TIMEOUT = 900
+# Where the instruction file, and the files an agent brings along, appear in the agent's view.
+INSTRUCTION = f"{jail.HOME}/instruction.md"
+AGENT_FILES = "/opt/agent"
 
 
 @dataclass
@@ -46,26 +57,55 @@ class TrialResult:
         return (self.task, self.agent, self.condition, self.trial)
 
 
+class IsolationUnavailable(RuntimeError):
+    """The machine cannot build the agent's view (not root, or namespaces not allowed)."""
+
+
 def guarded_digests(trees: dict[str, Path]) -> dict[str, str]:
     """A digest of each of the project's code trees that a trial must not change."""
     return {name: tree_digest(folder, "*") for name, folder in trees.items() if folder.exists()}
 
 
-def run_agent(command: str, workspace: Path, instruction: Path, timeout: float) -> tuple[str, str]:
-    """Run a shell command template in `workspace`; ("ok" | "timeout" | "agent-error", detail).
+def python_environments(agent_python: Path) -> list[Path]:
+    """The Python environments a trial depends on: the agent's, the verifier's (this one) and
+    the standard library both link to."""
+    return [agent_python, Path(sys.prefix), Path(sysconfig.get_paths()["stdlib"])]
 
-    The command gets its own session, so that at the time limit the whole process tree (the agent
-    and anything it started) is killed with one signal to the group.
-    """
-    rendered = command.format(
-        instruction=shlex.quote(str(instruction)), workspace=shlex.quote(str(workspace))
+
+@dataclass(frozen=True)
+class AgentView:
+    """The agent's side of a trial: the folders its view is made of."""
+
+    root: Path  # the trial's agent folder: workspace, home, tmp, view
+    python_env: Path
+    agent_files: Path | None = None  # the agent's own files, read-only at /opt/agent
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    def command(self, rendered: str, pass_env: tuple[str, ...] = ()) -> list[str]:
+        env = dict(jail.BASE_ENV)
+        env |= {name: os.environ[name] for name in pass_env if name in os.environ}
+        mounts = jail.view(self.workspace, self.root / "home", self.root / "tmp", self.python_env)
+        return jail.command(["sh", "-c", rendered], self.root / "view", mounts, env)
+
+
+def run_agent(
+    command: str, view: AgentView, timeout: float, pass_env: tuple[str, ...] = ()
+) -> tuple[str, str]:
+    """Run a shell command template in the agent's view; ("ok" | "timeout" | "agent-error", detail).
+
+    `{workspace}` and `{instruction}` are the paths the agent sees. At the end (normal exit or time
+    limit) the view's PID namespace ends, which kills everything the agent started."""
+    # Only the two placeholders are replaced: other braces (`${VAR}`, JSON) are the command's own.
+    rendered = command.replace("{instruction}", shlex.quote(INSTRUCTION)).replace(
+        "{workspace}", shlex.quote(jail.WORKSPACE)
     )
-    log = workspace.parent / "agent.log"
+    log = view.root / "agent.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            rendered,
-            shell=True,
-            cwd=workspace,
+            view.command(rendered, pass_env),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -76,11 +116,12 @@ def run_agent(command: str, workspace: Path, instruction: Path, timeout: float) 
         except subprocess.TimeoutExpired:
             _kill_group(process)
             return "timeout", f"killed after {timeout:.0f} s"
-    _kill_group(process)  # anything the agent left running in the background
+    _kill_group(process)
     return ("ok", "") if code == 0 else ("agent-error", f"agent exited with status {code}")
 
 
 def _kill_group(process: subprocess.Popen) -> None:
+    """Kill `unshare` and the namespace's first process; the kernel then kills the rest."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -93,6 +134,22 @@ def install_skill_into(workspace: Path) -> None:
     install_skill(workspace)
 
 
+def prepare_view(
+    root: Path, built: Path, skill: bool, python_env: Path, agent_files: Path | None
+) -> AgentView:
+    """The agent's folders: the workspace (with the skill for --skill), home with the
+    instruction, tmp."""
+    view = AgentView(root, python_env, agent_files)
+    shutil.copytree(built / "environment" / "workspace", view.workspace)
+    if skill:
+        install_skill_into(view.workspace)
+    (root / "home").mkdir()
+    (root / "tmp").mkdir()
+    (root / "view").mkdir()
+    shutil.copy(built / "instruction.md", root / "home" / "instruction.md")
+    return view
+
+
 def run_trial(
     built: Path,
     agent: str,
@@ -102,36 +159,41 @@ def run_trial(
     timeout: float = 1800,
     keep: Path | None = None,
     guarded: dict[str, Path] | None = None,
+    pass_env: tuple[str, ...] = (),
+    agent_files: Path | None = None,
 ) -> TrialResult:
     """One trial of the built task folder `built` (Harbor layout) with `agent`.
 
     `guarded` maps names to the project code trees the agent must leave alone (default: the
     checker, reference_impl, the skill installer, the harness and the skill as installed here;
-    tests point it elsewhere)."""
+    tests point it elsewhere). `pass_env` names environment variables the agent gets (an API
+    key); it gets no other of the runner's. `agent_files`, a folder of the agent's own (tools, a
+    scripted agent's payload), is shown read-only at /opt/agent."""
     task_id = built.name
     condition = "skill" if skill else "no-skill"
     started = time.perf_counter()
+    watched = agent not in BUILTIN_AGENTS
+    if watched and not jail.available():
+        raise IsolationUnavailable(
+            "running an agent needs root and util-linux namespaces (unshare, setpriv) to isolate it"
+        )
+    python_env = agent_env(condition)
     with tempfile.TemporaryDirectory(prefix=f"grpo-trial-{task_id}-") as scratch:
         root = Path(scratch)
-        workspace = root / "workspace"
-        shutil.copytree(built / "environment" / "workspace", workspace)
-        instruction = root / "instruction.md"
-        shutil.copy(built / "instruction.md", instruction)
-        if skill:
-            install_skill_into(workspace)
+        view = prepare_view(root / "agent", built, skill, python_env, agent_files)
+        workspace = view.workspace
         # Only an outside agent is watched: oracle and nop are ours, and guarding them would turn
         # a colleague's edit of checker/ during a long verify into a false "tampered".
-        watched = agent not in BUILTIN_AGENTS
         guarded = guarded_trees() if guarded is None else guarded
-        before = guarded_digests(guarded) if watched else {}
-        env_vars = {"GRPO_TASK_WORKSPACE": str(workspace), "GRPO_TASK_PYTHON": sys.executable}
+        environments = python_environments(python_env)
+        before = (guarded_digests(guarded), environment_digest(environments)) if watched else None
 
         status, detail = "ok", ""
         if agent == "oracle":
             shutil.copytree(built / "solution", root / "solution")
             done = subprocess.run(
                 ["bash", str(root / "solution" / "solve.sh")],
-                env=os.environ | env_vars,
+                env=os.environ | {"GRPO_TASK_WORKSPACE": str(workspace)},
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -139,20 +201,28 @@ def run_trial(
             if done.returncode != 0:
                 status, detail = "agent-error", done.stderr.strip()[-300:]
         elif agent != "nop":
-            status, detail = run_agent(agent, workspace, instruction, timeout)
+            jail.prepare(workspace, root / "agent" / "home", root / "agent" / "tmp")
+            status, detail = run_agent(agent, view, timeout, pass_env)
 
-        if watched and guarded_digests(guarded) != before:
+        if watched and (guarded_digests(guarded), environment_digest(environments)) != before:
             return _finish(
                 TrialResult(task_id, agent, condition, trial, 0.0, status="tampered"),
                 started,
-                "the agent changed the project's own code (checker, reference_impl, skill, harness)",
+                "the agent changed the project's code or a Python environment "
+                "(checker, reference_impl, skill, harness, site-packages)",
             )
         # Only now does the verifier appear, outside the workspace.
         shutil.copytree(built / "tests", root / "tests")
         logs = root / "logs"
+        env_vars = {
+            "GRPO_TASK_WORKSPACE": str(workspace),
+            "GRPO_TASK_PYTHON": sys.executable,
+            "GRPO_TASK_LOGS": str(logs),
+            "GRPO_TASK_AGENT_ENV": str(python_env),
+        }
         done = subprocess.run(
             ["bash", str(root / "tests" / "test.sh")],
-            env=os.environ | env_vars | {"GRPO_TASK_LOGS": str(logs)},
+            env=os.environ | env_vars,
             capture_output=True,
             text=True,
             timeout=VERIFIER_TIMEOUT,

@@ -175,7 +175,7 @@ def test_tasks_list_and_verify_from_the_wheel(wheel_venv, empty_folder):
 @wheel_group
 def test_tasks_export_and_generate_from_the_wheel(wheel_venv, empty_folder):
     exported = run_installed(
-        wheel_venv, "tasks", "export", "--format", "harbor", "out", cwd=empty_folder
+        wheel_venv, "tasks", "export", "--format", "harbor", "--skill", "out", cwd=empty_folder
     )
     assert exported.returncode == 0, exported.stderr[-2000:]
     folders = sorted((empty_folder / "out").iterdir())

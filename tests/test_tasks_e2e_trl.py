@@ -8,7 +8,7 @@ import pytest
 
 from task_harness.build import build_task
 from task_harness.generate import generate_task
-from task_harness.runner import run_trial
+from task_harness.runner import AGENT_FILES, run_trial
 from task_harness.spec import load_task, load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e-trl")
@@ -25,15 +25,16 @@ def test_generated_task_verifies(tmp_path, seed):
 def test_trio_restoring_upstream_decode_loses_the_reasoning_contract(tmp_path):
     """The SkillsBench failure mode: reverting the fork's decode to TRL's batch_decode."""
     (spec,) = load_tasks(ids=["trl-skillsbench-trio"])
-    built = build_task(spec, tmp_path)
+    built = build_task(spec, tmp_path / "built")
+    shutil.copytree(built / "solution" / "files", tmp_path / "agent" / "solution")
     trainer = "trl/trl/trainer/grpo_trainer.py"
     agent = (
-        f"GRPO_TASK_WORKSPACE=. bash {built}/solution/solve.sh && sed -i "
+        f"cp -R {AGENT_FILES}/solution/. /app/ && sed -i "
         "'s/completions = decode_and_strip_reasoning(self.processing_class, completion_ids)/"
         "completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)/' "
         f"{trainer}"
     )
-    result = run_trial(built, agent)
+    result = run_trial(built, agent, agent_files=tmp_path / "agent")
     assert result.bugs["advantage_epsilon"] == 1.0 and result.bugs["logprob_sign"] == 1.0
     assert result.bugs["decode_blanks_plain"] == 1.0
     assert result.bugs["reasoning_contract"] == 0.0

@@ -83,16 +83,17 @@ def test_export_writes_harbors_layout_for_every_task(exported):
             and "torch==2.13.0" in dockerfile
             and "trl==1.16.0" in dockerfile
         )
-        assert (folder / "environment" / "grpo-skill" / "site-packages" / "checker").is_dir()
-        assert not (
-            folder / "environment" / "grpo-skill" / "site-packages" / "task_harness"
-        ).exists()
+        assert not (folder / "environment" / "grpo-skill").exists()  # the no-skill condition
+        assert "grpo" not in dockerfile.lower()
         assert not (folder / "environment" / "workspace" / ".claude").exists()
 
 
 def test_skill_condition_places_the_skill_in_the_agents_folders(tmp_path):
     (spec,) = load_tasks(ids=["ref-advantage-epsilon"])
     (folder,) = export_harbor([spec], tmp_path, skill=True)
+    site = folder / "environment" / "grpo-skill" / "site-packages"
+    assert (site / "checker").is_dir() and not (site / "task_harness").exists()
+    assert "COPY grpo-skill/site-packages" in (folder / "environment" / "Dockerfile").read_text()
     assert (
         folder / "environment" / "workspace" / ".claude" / "skills" / "grpo" / "SKILL.md"
     ).exists()

@@ -2,44 +2,66 @@
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 import zlib
 from pathlib import Path
 
+import pytest
+
+from task_harness.agent_env import agent_env
 from task_harness.report import load_results, render_report, write_chart
-from task_harness.runner import TrialResult, append_result, finished_trials, run_agent
+from task_harness.runner import AgentView, TrialResult, append_result, finished_trials, run_agent
+from task_harness.verifier import jail
 
 
-def test_timeout_kills_the_agents_whole_process_group(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+def _view(tmp_path: Path) -> AgentView:
+    for name in ("workspace", "home", "tmp", "view"):
+        (tmp_path / name).mkdir()
+    jail.prepare(tmp_path / "workspace", tmp_path / "home", tmp_path / "tmp")
+    return AgentView(tmp_path, agent_env("no-skill"))
+
+
+needs_jail = pytest.mark.skipif(not jail.available(), reason="needs root and unshare")
+
+
+@needs_jail
+def test_timeout_kills_everything_the_agent_started(tmp_path):
+    """At the time limit the agent and its background children die, a `setsid` one included."""
+    view = _view(tmp_path)
     started = time.perf_counter()
-    status, _ = run_agent("sleep 60 & echo $! > child.pid; sleep 60", workspace, tmp_path / "i", 1)
+    status, _ = run_agent("setsid sleep 6017 & sleep 6017", view, 2)
     assert status == "timeout"
     assert time.perf_counter() - started < 30
-    child = int((workspace / "child.pid").read_text())
     time.sleep(0.2)
-    try:
-        os.kill(child, 0)
-        alive = Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"  # a zombie is dead
-    except ProcessLookupError:
-        alive = False
-    assert not alive, "the background child of the agent survived the time limit"
+    assert not any(b"sleep\x006017" in p.read_bytes() for p in _cmdlines()), "a child survived"
 
 
-def test_agent_runs_in_its_workspace_with_placeholders(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    instruction = tmp_path / "instruction.md"
-    instruction.write_text("fix it")
-    status, _ = run_agent(
-        "cat {instruction} > seen.txt && pwd > where.txt", workspace, instruction, 30
-    )
+@needs_jail
+def test_a_daemon_dies_when_the_agent_exits(tmp_path):
+    view = _view(tmp_path)
+    status, _ = run_agent("setsid sh -c 'sleep 6029' > /dev/null 2>&1 < /dev/null & true", view, 30)
     assert status == "ok"
-    assert (workspace / "seen.txt").read_text() == "fix it"
-    assert (workspace / "where.txt").read_text().strip() == str(workspace)
+    time.sleep(0.2)
+    assert not any(b"sleep 6029" in p.read_bytes() for p in _cmdlines()), "the daemon survived"
+
+
+def _cmdlines() -> list[Path]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (entry / "cmdline").exists():
+            found.append(entry / "cmdline")
+    return found
+
+
+@needs_jail
+def test_agent_runs_in_its_workspace_with_placeholders(tmp_path):
+    view = _view(tmp_path)
+    (tmp_path / "home" / "instruction.md").write_text("fix it")
+    status, _ = run_agent("cat {instruction} > seen.txt && pwd > where.txt", view, 30)
+    assert status == "ok"
+    assert (view.workspace / "seen.txt").read_text() == "fix it"
+    assert (view.workspace / "where.txt").read_text().strip() == "/app"
 
 
 def test_results_are_appended_and_resume_skips_finished_trials(tmp_path):

@@ -8,7 +8,14 @@ computed by the same code.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
+
+# Python's start-up hooks, digested by their bytes; every other file of an environment (1.5 GB,
+# 37,000 files here) by its size and modification time, which keeps a digest to a second. The
+# environments are out of the agent's reach anyway (not in its view, or read-only and root's);
+# the digest is the second line of defence.
+STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 
 
 def sha256(path: Path) -> str:
@@ -24,4 +31,25 @@ def tree_digest(root: Path, pattern: str = "*.py") -> str:
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def environment_digest(roots: list[Path]) -> str:
+    """One digest of Python environments: the bytes of every start-up hook (`.pth` files,
+    sitecustomize, usercustomize), the size and modification time of every other file, and every
+    symlink's target, under each of `roots`."""
+    digest = hashlib.sha256()
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                path = Path(folder, name)
+                digest.update(str(path).encode())
+                if path.is_symlink():
+                    digest.update(os.readlink(path).encode())
+                elif path.suffix == ".pth" or name in STARTUP_HOOKS:
+                    digest.update(path.read_bytes())
+                else:
+                    status = path.stat()
+                    digest.update(f"{status.st_size}:{status.st_mtime_ns}".encode())
     return digest.hexdigest()

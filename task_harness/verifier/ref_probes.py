@@ -5,7 +5,9 @@ saw. The verifier runs every probe on the agent's package in a child process (th
 script) and on the intended and the upstream implementations in its own process, then compares.
 A probe never reads source text, so any correct fix passes.
 
-    python ref_probes.py WORKSPACE PACKAGE OUT.pt     # observe the agent's package
+The verifier runs it in the child as `session.main(job)`, with the workspace as working folder
+(first after the support folder on sys.path) and job = {"package", "stages", "out"}; the
+observations go to job["out"] as plain JSON.
 """
 
 from __future__ import annotations
@@ -511,9 +513,9 @@ def observe(ns: types.SimpleNamespace, stages: list[str]) -> dict:
     return seen
 
 
-if __name__ == "__main__":
-    workspace, package, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    stages = sys.argv[4].split(",")
+def main(job: dict) -> None:
+    """The child's side: observe the workspace's package and write the observations as JSON."""
+    import plain
+
     torch.set_num_threads(1)
-    sys.path.insert(1, workspace)  # after tests/: the verifier's own modules cannot be shadowed
-    torch.save(observe(load_namespace(package), stages), out)
+    plain.dump(observe(load_namespace(job["package"]), job["stages"]), job["out"])

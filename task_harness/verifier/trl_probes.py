@@ -6,7 +6,8 @@ losses with their gradients, what the reward function was given, the reference m
 training. The verifier's own process then recomputes each from the recorded inputs with
 `reference_impl` (TRL 1.16 semantics) and compares. Nothing reads the source text.
 
-    python trl_probes.py WORKSPACE OUT.pt STAGES
+The verifier runs it in the child as `session.main(job)`, with the workspace as working folder
+and job = {"stages", "out"}; the observations go to job["out"] as plain JSON.
 """
 
 from __future__ import annotations
@@ -430,7 +431,9 @@ def judge(seen: dict, check: str) -> list[str]:
         return [f"{check}: could not judge: {type(error).__name__}: {error}"]
 
 
-if __name__ == "__main__":
+def main(job: dict) -> None:
+    """The child's side: observe the workspace's TRL and write the observations as JSON."""
+    import plain
+
     torch.set_num_threads(1)
-    workspace, out, stages = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-    torch.save(observe(workspace, stages), out)
+    plain.dump(observe(os.getcwd(), job["stages"]), job["out"])

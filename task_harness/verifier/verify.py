@@ -1,31 +1,62 @@
-"""The hidden verifier of a grpo-skill debug task: anti-cheat gate, then one weighted check per bug.
+"""The hidden verifier of a grpo-skill debug task: anti-cheat gate, one weighted check per bug, and
+a short training run that must learn.
 
 Runs after the agent, from the task's `tests/` folder, with no network:
 
     python verify.py WORKSPACE LOGS_DIR
 
-Writes LOGS_DIR/reward.json (1.0 or 0.0 per bug and per decoy, "anti_cheat", and "reward", the
-weighted total) and LOGS_DIR/reward.txt (the total, 4 decimals). Everything it needs sits next to
-it: task.json (bugs, weights, protected files), the probes, `reference_impl` (upstream semantics)
-and, for the reference family, `expected/` (the intended package, decoys included).
+Writes LOGS_DIR/reward.json (1.0 or 0.0 per bug and per decoy, "anti_cheat", "learning", and
+"reward", the weighted total) and LOGS_DIR/reward.txt (the total, 4 decimals). Everything it needs
+sits next to it: task.json (bugs, weights, protected files), the probes, `reference_impl`
+(upstream semantics) and, for the reference family, `expected/` (the intended package).
+
+The agent's code never runs in this process. It runs in children that see a fresh copy of the
+workspace at /app and nothing of this folder: in the view of `jail.py` (as nobody, in their own
+PID namespace, with the agent's own Python environment when the local runner names it in
+$GRPO_TASK_AGENT_ENV), or, where namespaces are not allowed (a Harbor container), as nobody with
+every process of that user killed afterwards. A child is started the way the training script is
+(`sys.argv` is the script's name, the same environment, the workspace as working folder); nothing
+in its arguments, environment, working folder or file names says it is being checked. It hands
+its observations back as plain JSON (`plain.py`), checked before use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS_DIR))
 
-from digest import sha256, tree_digest  # noqa: E402  (shipped beside this file)
+import jail  # noqa: E402  (shipped beside this file)
+import plain  # noqa: E402
+from digest import sha256, tree_digest  # noqa: E402
 
 CHILD_TIMEOUT = 600
+# Python start-up hooks: a workspace holding one is refused whatever it does.
+STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
+# The script the agent runs to train, per family (its name is what the children's sys.argv shows).
+# A short training run is required of the reference family's `succ` tasks only (task.json
+# "learning", see build.py); TRL's log prints a mean every 10 steps and is not parsed.
+TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py"}
+LEARNING_TIMEOUT = 300
+# The child's start: the script's name in sys.argv, the support folder first on the path, the
+# job (what to observe, where to write it) read from stdin.
+BOOT = (
+    "import json, sys; job = json.loads(sys.stdin.readline()); sys.argv[:] = [job['argv0']]; "
+    "sys.path.insert(0, job['lib']); import session; session.main(job)"
+)
 
 
 def installed_package_dir(name: str) -> Path | None:
@@ -41,7 +72,8 @@ def installed_package_dir(name: str) -> Path | None:
 
 
 def anti_cheat(task: dict, workspace: Path) -> list[str]:
-    """Protected files byte-identical, installed packages (TRL, the checker) untouched."""
+    """Protected files byte-identical, no Python start-up hook in the workspace, installed
+    packages (TRL) untouched."""
     problems = []
     for relative, digest in task["protected"].items():
         path = workspace / relative
@@ -49,6 +81,9 @@ def anti_cheat(task: dict, workspace: Path) -> list[str]:
             problems.append(f"protected file {relative} was deleted")
         elif sha256(path) != digest:
             problems.append(f"protected file {relative} was modified")
+    for path in sorted(workspace.rglob("*")):
+        if path.name in STARTUP_HOOKS or path.suffix == ".pth":
+            problems.append(f"{path.relative_to(workspace)} is a Python start-up hook")
     for name, digest in task.get("installed", {}).items():
         location = installed_package_dir(name)
         if location is None:
@@ -58,50 +93,213 @@ def anti_cheat(task: dict, workspace: Path) -> list[str]:
     return problems
 
 
-def run_child(args: list[str], workspace: Path) -> tuple[dict | None, str]:
-    """Run a probe script (`args`: script, then its arguments after the workspace, "OUT" standing
-    for the observations file) on the agent's code in a child process; observations or the cause."""
-    import torch
+class Children:
+    """Runs the agent's code in children that cannot reach this process, its files or its logs.
 
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "observations.pt"
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1")
-        env.pop("PYTHONPATH", None)
+    Each child gets a fresh copy of the workspace as it was when the agent finished."""
+
+    def __init__(self, workspace: Path, scratch: Path, family: str):
+        self.scratch = scratch
+        self.family = family
+        self.pristine = scratch / "pristine"
+        shutil.copytree(workspace, self.pristine, symlinks=True)
+        self.harbor_app = workspace  # without a view, children run in the workspace itself
+        self.lib = scratch / "lib"
+        self._stage_support()
+        # The agent's environment when the runner names it, else this one if it is a venv (a
+        # system Python, as in the Harbor image, is part of the view's /usr).
+        agent_env = os.environ.get("GRPO_TASK_AGENT_ENV")
+        own_venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+        self.python_env = Path(agent_env) if agent_env else own_venv
+        self.jailed = jail.available()
+        self.as_nobody = not self.jailed and os.geteuid() == 0 and bool(shutil.which("setpriv"))
+        self.count = 0
+        if self.as_nobody:  # nobody may enter the scratch folder, never read tests/ (the oracle)
+            scratch.chmod(0o755)
+            TESTS_DIR.chmod(0o700)
+
+    def _stage_support(self) -> None:
+        """The probe code and what it imports, under neutral names, in a folder of its own."""
+        self.lib.mkdir()
+        probes = "ref_probes.py" if self.family == "reference" else "trl_probes.py"
+        shutil.copy(TESTS_DIR / probes, self.lib / "session.py")
+        for name in ("plain.py", "judge.py"):
+            shutil.copy(TESTS_DIR / name, self.lib / name)
+        shutil.copytree(TESTS_DIR / "reference_impl", self.lib / "reference_impl")
+
+    def _fresh(self) -> tuple[Path, Path, Path]:
+        """A new run folder (the workspace as the agent left it), home and temporary folder."""
+        self.count += 1
+        base = self.scratch / f"run{self.count}"
+        home, tmp = base / "home", base / "tmp"
+        run = base / "app" if self.jailed else self.harbor_app
+        if not self.jailed:
+            shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(self.pristine, run, symlinks=True)
+        home.mkdir(parents=True)
+        tmp.mkdir()
+        if self.jailed or self.as_nobody:
+            jail.prepare(run, home, tmp)
+        return run, home, tmp
+
+    def start(self, argv: list[str], **popen) -> tuple[subprocess.Popen, Path, str]:
+        """Start `argv` (its first word "python") as the agent would; (process, tmp folder on this
+        side, the same folder as the child sees it)."""
+        run, home, tmp = self._fresh()
+        if self.jailed:
+            view = jail.view(run, home, tmp, self.python_env, (jail.Mount(self.lib, "/opt/lib"),))
+            env = dict(jail.BASE_ENV)
+            python = "python" if self.python_env else sys.executable
+            root = self.scratch / f"view{self.count}"
+            root.mkdir()
+            command = jail.command([python, *argv[1:]], root, view, env)
+            return subprocess.Popen(command, start_new_session=True, **popen), tmp, "/tmp"
+        env = dict(jail.BASE_ENV, HOME=str(home), TMPDIR=str(tmp))
+        env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+        command = [sys.executable, *argv[1:]]
+        if self.as_nobody:
+            command = ["setpriv", f"--reuid={jail.UID}", f"--regid={jail.GID}", "--clear-groups"]
+            command += ["--no-new-privs", sys.executable, *argv[1:]]
+        process = subprocess.Popen(command, cwd=run, env=env, start_new_session=True, **popen)
+        return process, tmp, str(tmp)
+
+    def lib_path(self) -> str:
+        return "/opt/lib" if self.jailed else str(self.lib)
+
+    def stop(self, process: subprocess.Popen) -> None:
+        """Kill the child and everything it started."""
+        _kill_group(process)
+        process.wait()
+        if self.as_nobody:  # a dedicated container: every process of nobody is the agent's
+            for _ in range(3):
+                for pid in _pids_of(jail.UID):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+
+    def observe(self, job: dict) -> tuple[dict | None, str]:
+        """Run the probes of `job` on the agent's code; (observations, "") or (None, the cause)."""
+        name = secrets.token_hex(8) + ".json"
+        process, tmp, tmp_inside = self.start(
+            ["python", "-c", BOOT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        job = dict(job, argv0=TRAIN_SCRIPT[self.family], lib=self.lib_path())
+        job["out"] = f"{tmp_inside}/{name}"
         try:
-            script, *rest = args
-            command = [sys.executable, script, str(workspace)]
-            command += [str(out) if arg == "OUT" else arg for arg in rest]
-            done = subprocess.run(
-                command,
-                cwd=scratch,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=CHILD_TIMEOUT,
-            )
+            _, stderr = process.communicate(json.dumps(job) + "\n", timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired:
             return None, f"the probes did not finish within {CHILD_TIMEOUT} s"
-        if done.returncode != 0 or not out.exists():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            return None, f"the probes crashed (exit {done.returncode}): {tail[0][:300]}"
-        return torch.load(out, weights_only=False), ""
+        finally:
+            self.stop(process)
+        out = tmp / name
+        if process.returncode != 0 or not out.is_file() or out.is_symlink():
+            tail = stderr.strip().splitlines()[-1:] or ["no output"]
+            return None, f"the probes crashed (exit {process.returncode}): {tail[0][:300]}"
+        try:
+            return plain.load(out), ""
+        except (OSError, plain.MalformedObservations) as error:
+            return None, f"the trainer's observations are malformed: {error}"
+
+    def train(self, rule: dict) -> tuple[list[float], str]:
+        """The per-step mean rewards of the first steps of the training script, as it prints them."""
+        process, _, _ = self.start(
+            ["python", TRAIN_SCRIPT[self.family]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        rewards: list[float] = []
+        tail = ""
+        # A script that hangs without printing is killed at the limit, which ends its output.
+        watchdog = threading.Timer(LEARNING_TIMEOUT, _kill_group, [process])
+        watchdog.start()
+        try:
+            for line in process.stdout:
+                tail = line.strip() or tail
+                rewards += _step_reward(line)
+                if len(rewards) >= rule["steps"]:
+                    break
+        finally:
+            watchdog.cancel()
+            self.stop(process)
+        return rewards[: rule["steps"]], tail[:300]
 
 
-def check_reference(task: dict, workspace: Path) -> dict[str, list[str]]:
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+# A line of train.py's log: "step   3  reward 0.055  loss ...".
+STEP_LINE = re.compile(r"^step\s+(\d+)\s+reward\s+(\S+)")
+
+
+def _step_reward(line: str) -> list[float]:
+    """The mean reward a line of the training script's log reports, if it is a step line."""
+    match = STEP_LINE.match(line.strip())
+    if not match:
+        return []
+    try:
+        return [float(match.group(2))]
+    except ValueError:
+        return []
+
+
+def learning_problems(rewards: list[float], rule: dict, tail: str) -> list[str]:
+    """Empty when the short training run learned: the mean reward of its last `window` steps
+    reaches the task's `threshold` (task.json "learning", set from measurements)."""
+    if len(rewards) < rule["steps"]:
+        return [
+            f"the training script printed {len(rewards)} step rewards of the {rule['steps']} "
+            f"watched (last line: {tail!r})"
+        ]
+    last = rewards[-rule["window"] :]
+    if not all(r == r and abs(r) != float("inf") for r in last):
+        return [f"non-finite rewards in the training run: {last}"]
+    mean = sum(last) / len(last)
+    if mean < rule["threshold"]:
+        return [
+            f"mean reward {mean:.3f} over steps {rule['steps'] - rule['window'] + 1}-"
+            f"{rule['steps']} of the training script, below {rule['threshold']}: it does not learn"
+        ]
+    return []
+
+
+def _as_plain(observations: dict) -> dict:
+    """Observations as they would arrive from a child (tuples as lists, half floats widened)."""
+    return {name: plain.decode(plain.encode(value)) for name, value in observations.items()}
+
+
+def check_reference(task: dict, children: Children) -> dict[str, list[str]]:
     """Every probe of a stage must give the intended or the upstream result."""
     import ref_probes
     from judge import describe, same
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
-    seen, cause = run_child(
-        [str(TESTS_DIR / "ref_probes.py"), task["package"], "OUT", ",".join(checks)], workspace
-    )
+    seen, cause = children.observe({"package": task["package"], "stages": checks})
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
     sys.path.insert(0, str(TESTS_DIR / "expected"))
     intended = ref_probes.observe(ref_probes.load_namespace(task["package"]), checks)
     upstream = ref_probes.observe(ref_probes.load_namespace("reference_impl"), checks)
     problems: dict[str, list[str]] = {stage: [] for stage in checks}
+    intended, upstream = _as_plain(intended), _as_plain(upstream)
     for name, expected in intended.items():
         got = seen.get(name, {"error": "not observed"})
         if not (same(got, expected) or same(got, upstream[name])):
@@ -116,12 +314,12 @@ def check_reference(task: dict, workspace: Path) -> dict[str, list[str]]:
     return problems
 
 
-def check_trl(task: dict, workspace: Path) -> dict[str, list[str]]:
+def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     """Each stage's observations of the workspace's GRPOTrainer, judged against reference_impl."""
     import trl_probes
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
-    seen, cause = run_child([str(TESTS_DIR / "trl_probes.py"), "OUT", ",".join(checks)], workspace)
+    seen, cause = children.observe({"stages": checks})
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
     problems = {stage: trl_probes.judge(seen, stage) for stage in checks}
@@ -132,17 +330,9 @@ def check_trl(task: dict, workspace: Path) -> dict[str, list[str]]:
     return problems
 
 
-def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
-    """reward.json's content and the log lines explaining it."""
-    log = ["=== Anti-cheat ==="]
-    cheating = anti_cheat(task, workspace)
-    log += [f"FAIL: {p}" for p in cheating] or [
-        "PASS: protected files and installed packages intact"
-    ]
-    checker = check_reference if task["family"] == "reference" else check_trl
-    # A violated gate scores 0 whatever the probes say, so they are not run.
-    problems = {} if cheating else checker(task, workspace)
-    result: dict[str, float] = {"anti_cheat": 0.0 if cheating else 1.0}
+def _weigh(task: dict, problems: dict[str, list[str]], cheating: bool, log: list[str]):
+    """{bug or decoy id: 1.0 or 0.0} and the weighted total."""
+    result: dict[str, float] = {}
     total = 0.0
     for bug in task["bugs"]:
         found = problems.get(bug["stage"], ["not checked: anti-cheat failed"] if cheating else [])
@@ -161,8 +351,45 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
         total += decoy["weight"] if passed else 0.0
         log.append(f"=== Intended behaviour {decoy['id']} (weight {decoy['weight']}) ===")
         log += [f"FAIL: {p}" for p in found] or ["PASS"]
-    result["reward"] = round(total, 4) if not cheating else 0.0
-    return result, log
+    return result, total
+
+
+def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
+    """reward.json's content and the log lines explaining it.
+
+    A violated anti-cheat gate scores 0 whatever the probes say, so they are not run. When the
+    probes find every bug fixed, the training script's first steps must also learn; if they do
+    not, the probes were deceived (code that behaves differently when checked) or the fix is
+    incomplete, and every bug scores 0."""
+    log = ["=== Anti-cheat ==="]
+    cheating = anti_cheat(task, workspace)
+    log += [f"FAIL: {p}" for p in cheating] or [
+        "PASS: protected files, start-up hooks and installed packages intact"
+    ]
+    if cheating:
+        result, _ = _weigh(task, {}, True, log)
+        return result | {"anti_cheat": 0.0, "learning": 0.0, "reward": 0.0}, log
+    with tempfile.TemporaryDirectory() as scratch:
+        children = Children(workspace, Path(scratch), task["family"])
+        checker = check_reference if task["family"] == "reference" else check_trl
+        problems = checker(task, children)
+        result, total = _weigh(task, problems, False, log)
+        learning: list[str] = ["not run: a bug is not fixed"]
+        rule = task.get("learning")
+        if rule is None:
+            learning = []
+            log.append("=== Learning: no short-run threshold measured for this task ===")
+        elif all(result.values()):
+            rewards, tail = children.train(rule)
+            learning = learning_problems(rewards, rule, tail)
+            log.append("=== Learning: the first steps of the training script ===")
+            log.append(f"mean rewards: {[round(r, 3) for r in rewards]}")
+            log += [f"FAIL: {p}" for p in learning] or ["PASS"]
+            if learning:
+                result = dict.fromkeys(result, 0.0)
+                total = 0.0
+    result |= {"anti_cheat": 1.0, "learning": 0.0 if learning else 1.0}
+    return result | {"reward": round(total, 4)}, log
 
 
 def main() -> int:
@@ -173,7 +400,7 @@ def main() -> int:
         result, log = score(task, workspace)
     except Exception as error:  # a verifier that cannot judge scores 0, never crashes silently
         keys = [b["id"] for b in task["bugs"]] + [d["id"] for d in task["decoys"]]
-        result = {key: 0.0 for key in keys} | {"anti_cheat": 0.0, "reward": 0.0}
+        result = dict.fromkeys(keys, 0.0) | {"anti_cheat": 0.0, "learning": 0.0, "reward": 0.0}
         log = [f"ERROR: the verifier could not run: {type(error).__name__}: {error}"]
     print("\n".join(log))
     print(f"reward = {result['reward']:.4f}")

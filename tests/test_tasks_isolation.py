@@ -1,0 +1,162 @@
+"""What the agent can see, per condition, under the local runner and in the Harbor image.
+
+no-skill: nothing of this project (no grpo-check, no checker or reference_impl, no skill, no
+harness, no verifier, no task spec). skill: the skill and grpo-check (checker, reference_impl),
+still no task spec, patch, harness, verifier or oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from task_harness.build import build_task
+from task_harness.export import export_harbor
+from task_harness.runner import run_trial
+from task_harness.spec import load_tasks
+from task_harness.verifier import jail
+
+pytestmark = pytest.mark.xdist_group("tasks-exploits")
+
+# Task internals: never visible to the agent, whatever the condition.
+TASK_INTERNALS = [
+    r"/task_harness(/|$)",
+    r"grpo_skill_tasks",
+    r"patches\.yaml$",
+    r"/task\.json$",
+    r"/solve\.sh$",
+    r"/verify\.py$",
+    r"_probes\.py$",
+    r"/expected/minigrpo",
+    r"^/work(/|$)",
+    r"grpo-trial-",
+]
+# The product: visible only with --skill.
+PRODUCT = [
+    r"/(checker|reference_impl|skill_installer)(/|$)",
+    r"grpo_skill-",
+    r"grpo-check$",
+    r"/skills/grpo(/|$)",
+    r"/share/grpo-skill",
+    r"SKILL\.md$",
+]
+FORBIDDEN = {"no-skill": TASK_INTERNALS + PRODUCT, "skill": TASK_INTERNALS}
+ROOTS = "/app /home /tmp /opt /root /etc /usr /var /srv /mnt /run /work"
+
+LIST_EVERYTHING = (
+    f"find {ROOTS} -readable 2>/dev/null > /home/agent/files.txt; "
+    'python -c "import importlib.metadata as m; '
+    "print('\\n'.join(sorted(d.metadata['Name'] for d in m.distributions())))\" "
+    "> /home/agent/dists.txt; "
+    "python -c 'import checker' > /home/agent/import.txt 2>&1; echo $? >> /home/agent/import.txt; "
+    "id -u > /home/agent/uid.txt; env > /home/agent/env.txt; true"
+)
+
+
+def forbidden_paths(paths: list[str], condition: str) -> list[str]:
+    patterns = [re.compile(p) for p in FORBIDDEN[condition]]
+    return [p for p in paths if any(rule.search(p) for rule in patterns)]
+
+
+def test_the_rules_see_a_leak():
+    """Not vacuous: each condition's rules flag what it must not see, and pass what it may."""
+    leaks = ["/opt/venv/lib/python3.11/site-packages/checker/cli.py", "/tmp/x/tests/task.json"]
+    assert forbidden_paths(leaks, "no-skill") == leaks
+    assert forbidden_paths(leaks, "skill") == leaks[1:]
+    assert forbidden_paths(["/app/minigrpo/loss.py", "/usr/bin/python3"], "no-skill") == []
+
+
+@pytest.fixture(scope="module")
+def reference_task(tmp_path_factory) -> Path:
+    (spec,) = load_tasks(ids=["ref-kl-masking"])
+    return build_task(spec, tmp_path_factory.mktemp("built"))
+
+
+@pytest.mark.skipif(not jail.available(), reason="the runner's isolation needs root and unshare")
+@pytest.mark.parametrize("condition", ["no-skill", "skill"])
+def test_the_local_runners_agent_sees_only_its_condition(reference_task, tmp_path, condition):
+    os.environ["GRPO_RUNNER_ONLY"] = "runner"  # a variable of the runner's: must not reach it
+    try:
+        run_trial(
+            reference_task, LIST_EVERYTHING, skill=condition == "skill", keep=tmp_path, timeout=300
+        )
+    finally:
+        del os.environ["GRPO_RUNNER_ONLY"]
+    (kept,) = tmp_path.iterdir()
+    home = kept / "agent" / "home"
+    files = (home / "files.txt").read_text().splitlines()
+    assert len(files) > 1000, "the listing saw almost nothing: the test would pass vacuously"
+    assert "/app/train.py" in files
+    assert forbidden_paths(files, condition) == []
+    dists = (home / "dists.txt").read_text().split()
+    assert "torch" in dists and "trl" in dists
+    assert ("grpo-skill" in dists) == (condition == "skill")
+    assert "grpo-skill-tasks" not in dists
+    imported = (home / "import.txt").read_text().split()
+    assert (imported[-1] == "0") == (condition == "skill")
+    assert (home / "uid.txt").read_text().strip() == str(jail.UID)
+    env = (home / "env.txt").read_text()
+    assert "GRPO_RUNNER_ONLY" not in env and "PYTHONPATH" not in env and "GRPO_" not in env
+    if condition == "skill":
+        assert "/app/.claude/skills/grpo/SKILL.md" in files
+        assert "/opt/venv/bin/grpo-check" in files
+
+
+def image_contents(environment: Path, root: Path) -> list[str]:
+    """The files the Dockerfile's COPY steps put in the image (the pip-installed third-party
+    stack aside), as absolute paths; RUN steps must not fetch anything of this project."""
+    lines = (environment / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        if words[0] == "COPY":
+            source, target = environment / words[1], root / words[2].lstrip("/")
+            if source.is_dir():
+                shutil.copytree(source, target, dirs_exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, target)
+        elif words[0] == "RUN":
+            for made in re.findall(r"> (/\S+)", line):  # files a RUN step writes
+                (root / made.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                (root / made.lstrip("/")).touch()
+    return ["/" + str(p.relative_to(root)) for p in root.rglob("*")]
+
+
+@pytest.mark.parametrize("condition", ["no-skill", "skill"])
+def test_the_harbor_image_holds_only_its_condition(tmp_path, condition):
+    specs = load_tasks(ids=["ref-kl-masking", "trl-never-stops"])
+    for folder in export_harbor(specs, tmp_path / "export", skill=condition == "skill"):
+        environment = folder / "environment"
+        contents = image_contents(environment, tmp_path / "image" / folder.name)
+        assert "/app/NOTES.md" in contents
+        assert forbidden_paths(contents, condition) == []
+        context = ["/" + str(p.relative_to(environment)) for p in environment.rglob("*")]
+        assert forbidden_paths(context, condition) == []  # the build context is uploaded too
+        has_checker = any(p.endswith("/checker/cli.py") for p in contents)
+        assert has_checker == (condition == "skill")
+        assert ("/usr/local/bin/grpo-check" in contents) == (condition == "skill")
+
+
+def test_the_environment_digest_sees_a_startup_hook_and_an_edit(tmp_path):
+    """The runner's second line of defence: a .pth added to a site-packages folder, or a module
+    rewritten, changes the digest of the environment."""
+    from task_harness.verifier.digest import environment_digest
+
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "module.py").write_text("x = 1\n")
+    before = environment_digest([tmp_path])
+    (site / "zz.pth").write_text("import os\n")
+    with_hook = environment_digest([tmp_path])
+    assert with_hook != before
+    (site / "zz.pth").unlink()
+    assert environment_digest([tmp_path]) == before
+    (site / "module.py").write_text("x = 22\n")
+    assert environment_digest([tmp_path]) != before
