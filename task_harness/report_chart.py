@@ -40,7 +40,9 @@ def draw_figure(summary: dict) -> Figure:
     _bars(reward_axes, summary, tasks, series, _reward_bar)
     reward_axes.set_ylim(0, 1.05)
     reward_axes.set_ylabel("mean reward (95% CI)")
-    reward_axes.legend(fontsize="small", ncols=min(4, len(series)), loc="lower left")
+    reward_axes.legend(
+        fontsize="small", ncols=min(3, len(series)), loc="lower left", bbox_to_anchor=(0, 1.02)
+    )
     _bars(time_axes, summary, tasks, series, _time_bar)
     time_axes.set_ylabel("median time to finish, s (min-max)")
     _heatmap(heat_axes, summary, series, rows)

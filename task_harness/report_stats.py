@@ -22,11 +22,12 @@ and one group's interval does not change when another group is added.
 
 from __future__ import annotations
 
-import random
 import statistics
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from task_harness.report_data import Trial
 
@@ -38,7 +39,16 @@ CONFIDENCE = 0.95
 FULL_PASS = 1.0 - 1e-9
 CRASH_STATUSES = frozenset({"agent-error", "verifier-error", "tampered", "no-reward"})
 
-Statistic = Callable[[Sequence[float]], float]
+# A statistic maps resamples (one per row) to one value per row: the mean or the median.
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+def row_mean(rows: np.ndarray) -> np.ndarray:
+    return rows.mean(axis=-1)
+
+
+def row_median(rows: np.ndarray) -> np.ndarray:
+    return np.median(rows, axis=-1)
 
 
 def summarise(trials: list[Trial]) -> dict:
@@ -71,7 +81,7 @@ def group_summary(key: tuple[str, str, str], trials: list[Trial]) -> dict:
         "trials": len(trials),
         "rewarded": len(rewards),
         "mean_reward": statistics.fmean(rewards) if rewards else None,
-        "reward_ci": bootstrap_interval(rewards, statistics.fmean, key) if rewards else None,
+        "reward_ci": bootstrap_interval(rewards, row_mean, key) if rewards else None,
         "full_pass_rate": (sum(r >= FULL_PASS for r in rewards) / len(rewards))
         if rewards
         else None,
@@ -107,9 +117,9 @@ def task_uplifts(groups: dict[tuple[str, str, str], list[Trial]]) -> list[dict]:
             a, b = values
             row[name] = (
                 {
-                    "skill": statistic(a),
-                    "no_skill": statistic(b),
-                    "delta": statistic(a) - statistic(b),
+                    "skill": _point(statistic, a),
+                    "no_skill": _point(statistic, b),
+                    "delta": _point(statistic, a) - _point(statistic, b),
                     "ci": uplift_interval(a, b, statistic, (agent, task, name)),
                 }
                 if a and b
@@ -136,7 +146,9 @@ def overall_uplifts(groups: dict[tuple[str, str, str], list[Trial]]) -> list[dic
             row[name] = (
                 {
                     "tasks": len(pairs),
-                    "delta": statistics.fmean(statistic(a) - statistic(b) for a, b in pairs),
+                    "delta": statistics.fmean(
+                        _point(statistic, a) - _point(statistic, b) for a, b in pairs
+                    ),
                     "ci": paired_uplift_interval(pairs, statistic, (agent, name)),
                 }
                 if pairs
@@ -161,14 +173,14 @@ def _measures(skill: list[Trial], no_skill: list[Trial]) -> dict:
                 [t.reward for t in skill if t.reward is not None],
                 [t.reward for t in no_skill if t.reward is not None],
             ),
-            statistics.fmean,
+            row_mean,
         ),
         "seconds": (
             (
                 [t.seconds for t in skill if t.seconds is not None],
                 [t.seconds for t in no_skill if t.seconds is not None],
             ),
-            statistics.median,
+            row_median,
         ),
     }
 
@@ -176,8 +188,7 @@ def _measures(skill: list[Trial], no_skill: list[Trial]) -> dict:
 def bootstrap_interval(values: Sequence[float], statistic: Statistic, name) -> list[float]:
     """Percentile-bootstrap interval of `statistic` over `values` (resampled with replacement)."""
     rng = _rng(name)
-    draws = [statistic(rng.choices(values, k=len(values))) for _ in range(RESAMPLES)]
-    return _percentile_interval(draws)
+    return _percentile_interval(statistic(_resample(values, RESAMPLES, rng)))
 
 
 def uplift_interval(
@@ -185,45 +196,50 @@ def uplift_interval(
 ) -> list[float]:
     """Interval of statistic(skill) - statistic(no skill), each condition resampled on its own."""
     rng = _rng(name)
-    draws = [
-        statistic(rng.choices(skill, k=len(skill)))
-        - statistic(rng.choices(no_skill, k=len(no_skill)))
-        for _ in range(RESAMPLES)
-    ]
-    return _percentile_interval(draws)
+    a = statistic(_resample(skill, RESAMPLES, rng))
+    b = statistic(_resample(no_skill, RESAMPLES, rng))
+    return _percentile_interval(a - b)
 
 
 def paired_uplift_interval(
     pairs: Sequence[tuple[Sequence[float], Sequence[float]]], statistic: Statistic, name
 ) -> list[float]:
-    """Two-stage bootstrap of the mean per-task uplift: draw tasks, then trials within each."""
+    """Two-stage bootstrap of the mean per-task uplift: draw tasks, then trials within each.
+
+    Every slot of every replicate that draws a task gets its own fresh resample of that task's
+    trials, so a task drawn twice in one replicate contributes two independent uplifts."""
     rng = _rng(name)
-    draws = []
-    for _ in range(RESAMPLES):
-        deltas = [
-            statistic(rng.choices(a, k=len(a))) - statistic(rng.choices(b, k=len(b)))
-            for a, b in rng.choices(pairs, k=len(pairs))
-        ]
-        draws.append(statistics.fmean(deltas))
-    return _percentile_interval(draws)
+    slots = rng.integers(0, len(pairs), size=(RESAMPLES, len(pairs)))
+    deltas = np.empty(slots.shape)
+    for task, (skill, no_skill) in enumerate(pairs):
+        drawn = slots == task
+        count = int(drawn.sum())
+        deltas[drawn] = statistic(_resample(skill, count, rng)) - statistic(
+            _resample(no_skill, count, rng)
+        )
+    return _percentile_interval(deltas.mean(axis=1))
 
 
-def _percentile_interval(draws: list[float]) -> list[float]:
-    ordered = sorted(draws)
-    tail = (1.0 - CONFIDENCE) / 2
-    return [_percentile(ordered, tail), _percentile(ordered, 1.0 - tail)]
+def _point(statistic: Statistic, values: Sequence[float]) -> float:
+    """The statistic of the observed values themselves."""
+    return float(statistic(np.asarray(values, dtype=float)))
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default `linear` method)."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+def _resample(values: Sequence[float], times: int, rng: np.random.Generator) -> np.ndarray:
+    """`times` resamples of `values` with replacement, one per row."""
+    data = np.asarray(values, dtype=float)
+    return data[rng.integers(0, len(data), size=(times, len(data)))]
 
 
-def _rng(name) -> random.Random:
-    return random.Random(SEED * 1_000_003 + zlib.crc32(repr(name).encode()))
+def _percentile_interval(draws: np.ndarray) -> list[float]:
+    """The central CONFIDENCE interval of the draws (numpy's linear interpolation)."""
+    tail = 100 * (1.0 - CONFIDENCE) / 2
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return [float(low), float(high)]
+
+
+def _rng(name) -> np.random.Generator:
+    return np.random.default_rng([SEED, zlib.crc32(repr(name).encode())])
 
 
 def _mean_of(values) -> float | None:
