@@ -49,7 +49,7 @@ def _groups_table(groups: list[dict], tw: int, aw: int) -> str:
         if usage:
             line += f" {_tokens(g):>15} {_money(g['cost_usd']):>7}"
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _fix_rates_table(groups: list[dict], tw: int, aw: int) -> str:
@@ -57,7 +57,7 @@ def _fix_rates_table(groups: list[dict], tw: int, aw: int) -> str:
     for g in groups:
         rates = "  ".join(f"{bug}: {rate:.0%}" for bug, rate in g["fix_rates"].items())
         lines.append(f"{g['task']:<{tw}} {g['agent']:<{aw}} {g['condition']:<9} {rates}")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _uplift_table(summary: dict, tw: int, aw: int) -> str:
@@ -75,7 +75,7 @@ def _uplift_table(summary: dict, tw: int, aw: int) -> str:
         tasks = row["reward"]["tasks"] if row["reward"] else 0
         label = f"overall ({tasks} task{'s' if tasks != 1 else ''})"
         lines.append(f"{row['agent']:<{aw}} {label:<{tw}} {_delta(row['reward'], row['seconds'])}")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _reward(g: dict) -> str:

@@ -31,20 +31,19 @@ def draw_figure(summary: dict) -> Figure:
     tasks = sorted({g["task"] for g in summary["groups"]})
     series = series_names(summary)
     rows = _heatmap_rows(summary)
-    width = max(8.0, 1.6 + 1.1 * len(tasks) * max(1, len(series)) ** 0.5)
-    height = 7.0 + 0.28 * len(rows)
+    width = max(10.0, 3.0 + 0.45 * len(tasks) * len(series))
+    height = 8.0 + 0.3 * len(rows)
     figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     reward_axes, time_axes, heat_axes = figure.subplots(
         3, 1, height_ratios=[3, 3, max(2.0, 0.35 * len(rows))]
     )
     _bars(reward_axes, summary, tasks, series, _reward_bar)
     reward_axes.set_ylim(0, 1.05)
-    reward_axes.set_ylabel("mean reward (95% CI)")
-    reward_axes.legend(
-        fontsize="small", ncols=min(3, len(series)), loc="lower left", bbox_to_anchor=(0, 1.02)
-    )
+    reward_axes.set_title("mean reward, 95% bootstrap interval", fontsize="medium")
     _bars(time_axes, summary, tasks, series, _time_bar)
-    time_axes.set_ylabel("median time to finish, s (min-max)")
+    time_axes.set_title("median time to finish (s), min-max range", fontsize="medium")
+    handles, labels = reward_axes.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside upper center", ncols=min(4, len(series)))
     _heatmap(heat_axes, summary, series, rows)
     return figure
 
@@ -92,16 +91,15 @@ def _heatmap(axes, summary, series, rows) -> None:
         [by_key.get((task, name), {}).get("fix_rates", {}).get(bug, math.nan) for name in series]
         for task, bug in rows
     ]
-    image = axes.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    axes.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     for r, values in enumerate(matrix):
         for c, rate in enumerate(values):
             if not math.isnan(rate):
                 colour = "black" if rate > 0.6 else "white"
                 axes.text(c, r, f"{rate:.0%}", ha="center", va="center", color=colour, fontsize=8)
-    axes.set_xticks(range(len(series)), series, fontsize="small")
+    axes.set_xticks(range(len(series)), series, fontsize="small", rotation=20, ha="right")
     axes.set_yticks(range(len(rows)), [f"{task}: {bug}" for task, bug in rows], fontsize="small")
-    axes.set_title("per-bug fix rate", fontsize="medium")
-    axes.figure.colorbar(image, ax=axes, fraction=0.03)
+    axes.set_title("per-bug fix rate (blank: no trials of that group)", fontsize="medium")
 
 
 def _series(group: dict) -> str:
