@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml packaging/grpo-skill-tasks/pyproject.toml
 	@# torch first, so that nothing later pulls a multi-GB CUDA build.
 	@$(PY) -m pip install -q torch==2.13.0
 	@# Both distributions, editable: grpo-skill (checker, reference_impl, skill installer, skill)
-	@# and grpo-skill-tasks (the task harness and the task specs).
-	@$(PY) -m pip install -q -e ".[dev]" -e packaging/grpo-skill-tasks
+	@# and grpo-skill-tasks (the task harness and the task specs, with matplotlib for the report's chart).
+	@$(PY) -m pip install -q -e ".[dev]" -e "packaging/grpo-skill-tasks[report]"
 	@touch $(STAMP)
 
 demo: $(STAMP)

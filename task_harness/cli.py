@@ -150,17 +150,61 @@ def run_command(task_ids, agent, skill, out, timeout, trials, resume, pass_env, 
 
 
 @tasks.command("report")
-@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def report_command(out: Path) -> None:
-    """Mean reward and full-pass rate per task and condition, per-bug fix rates, a PNG chart."""
-    from task_harness.report import load_results, render_report, write_chart
+@click.argument(
+    "folders",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--json", "as_json", is_flag=True, help="The same figures as one JSON object.")
+@click.option(
+    "--condition",
+    "conditions",
+    multiple=True,
+    metavar="JOB=skill|no-skill",
+    help="Condition of a Harbor job folder (by name) whose skill was baked into the image.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write report.png and report.html (default: the first FOLDER).",
+)
+def report_command(folders, as_json: bool, conditions, out: Path | None) -> None:
+    """Reward, time and fix rates per task, agent and condition, with 95% bootstrap intervals,
+    and the skill's uplift; from local results folders and Harbor job folders."""
+    from task_harness.report import CHART_HINT, draw, render_tables
+    from task_harness.report_data import ReportInputError, load_trials
+    from task_harness.report_stats import summarise
 
-    rows = load_results(out / "results.jsonl")
-    if not rows:
-        raise click.ClickException(f"no results in {out / 'results.jsonl'}")
-    click.echo(render_report(rows))
-    chart = write_chart(rows, out / "pass_rates.png")
-    click.echo(f"chart: {chart}")
+    try:
+        trials = load_trials(list(folders), _condition_map(conditions))
+    except ReportInputError as error:
+        raise click.ClickException(str(error)) from None
+    if not trials:
+        raise click.ClickException(f"no finished trials in {', '.join(map(str, folders))}")
+    summary = summarise(trials)
+    tables = render_tables(summary)
+    charts = draw(summary, tables, out or folders[0])
+    if as_json:
+        summary["charts"] = [str(path) for path in charts] if charts else None
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(tables)
+    click.echo(f"\ncharts: {charts[0]}, {charts[1]}" if charts else f"\n{CHART_HINT}")
+
+
+def _condition_map(pairs: tuple[str, ...]) -> dict[str, str]:
+    """--condition JOB=skill|no-skill, repeated, as {job folder name: condition}."""
+    mapping = {}
+    for pair in pairs:
+        job, _, condition = pair.partition("=")
+        if not job or condition not in ("skill", "no-skill"):
+            raise click.BadParameter(
+                f"{pair!r}: expected JOB=skill or JOB=no-skill", param_hint="--condition"
+            )
+        mapping[Path(job).name] = condition
+    return mapping
 
 
 @tasks.command("export")
