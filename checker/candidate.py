@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from checker.adapters import trl_version
 from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
@@ -73,13 +74,9 @@ def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
     if kind not in ("auto", "functions", "trl"):
         raise TargetError(f"unknown --kind {kind!r}; use auto, functions or trl")
     path = Path(target)
-    is_trl_tree = path.is_dir() and (path / "trl" / "trainer" / "grpo_trainer.py").is_file()
-    if kind == "trl" or (kind == "auto" and (target == "trl" or is_trl_tree)):
-        if target == "trl":
-            return CandidateSpec(target, "trl")
-        if not is_trl_tree:
-            raise TargetError(f"{target}: not a TRL source tree (no trl/trainer/grpo_trainer.py)")
-        return CandidateSpec(target, "trl", trl_source=str(path.resolve()))
+    tree_root = trl_version.package_root(path) if path.is_dir() else None
+    if kind == "trl" or (kind == "auto" and (target == "trl" or tree_root is not None)):
+        return _resolve_trl(target, tree_root)
     if target.endswith((".yaml", ".yml")):
         return _spec_from_yaml(target)
     if target.endswith(".py"):
@@ -91,6 +88,42 @@ def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
     if not all(part.isidentifier() for part in target.split(".")):
         raise TargetError(f"{target}: not a file, a dotted module name or `trl`")
     return CandidateSpec(target, "functions", module=target)
+
+
+def _resolve_trl(target: str, tree_root: Path | None) -> CandidateSpec:
+    """The TRL to check and its release, refused with one line when the adapter cannot drive it.
+
+    `trl` means the TRL Python imports here, except in a folder holding a TRL tree at `./trl`
+    (a vendored checkout `./trl/trl/...` or the package `./trl/trainer/...`): that tree is the one
+    being worked on, so it is checked, and standard error says which TRL it shadows.
+    """
+    if target == "trl":
+        tree_root = trl_version.package_root(Path("trl"))
+        if tree_root is None:
+            root = trl_version.installed_root()
+            if root is None:
+                raise TargetError("trl: no TRL here (pip install trl, or give a TRL source tree)")
+            _refuse_unsupported("trl", root)
+            return CandidateSpec(target, "trl")
+        installed = trl_version.installed_root()
+        if installed is None or installed.resolve() != tree_root.resolve():
+            shadowed = f"the TRL at {installed}" if installed else "no installed TRL"
+            print(
+                f"grpo-check: checking the TRL tree ./trl in this folder, not {shadowed}",
+                file=sys.stderr,
+            )
+    elif tree_root is None:
+        raise TargetError(
+            f"{target}: not a TRL source tree (no trl/trainer/grpo_trainer.py or trainer/grpo_trainer.py)"
+        )
+    _refuse_unsupported(target, tree_root)
+    return CandidateSpec(target, "trl", trl_source=str(tree_root.resolve()))
+
+
+def _refuse_unsupported(target: str, root: Path) -> None:
+    reason = trl_version.unsupported_reason(trl_version.version_of(root))
+    if reason is not None:
+        raise TargetError(f"{target}: {reason}")
 
 
 def _spec_from_yaml(target: str) -> CandidateSpec:
@@ -226,10 +259,16 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
             locations[name] = function_location(fn, spec.cwd)
     if not functions:
         raise TargetError(f"{spec.target}: the TRL adapter exposes none of the protocol functions")
-    declared = normalise_config(
-        getattr(adapter, "CONVENTIONS", {}) or {}, "checker.adapters.trl_adapter"
-    )
-    config = {**DEFAULTS, **declared}
+    conventions = getattr(adapter, "CONVENTIONS", {}) or {}
+    # Keywords of the protocol, and the release's named semantics that no keyword expresses
+    # (e.g. `nan_reward_policy`), which checks read to skip what the release does differently.
+    keywords = {k: v for k, v in conventions.items() if CONVENTION_ALIASES.get(k, k) in DEFAULTS}
+    named = {k: v for k, v in conventions.items() if k not in keywords}
+    config = {
+        **DEFAULTS,
+        **normalise_config(keywords, "checker.adapters.trl_adapter"),
+        **named,
+    }
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
     return Candidate(spec, functions, locations, config, supported)
 

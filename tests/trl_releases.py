@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -136,9 +137,29 @@ def needs_transformers4(version: str) -> bool:
     return major == 0 and 17 <= minor <= 26
 
 
+def needs_requests(version: str) -> bool:
+    """True for the releases (0.29 to 1.8) that import `requests` without declaring it, when the
+    running environment lacks it (transformers 5 no longer brings it)."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    in_range = (0, 29) <= (major, minor) <= (1, 8)
+    return in_range and importlib.util.find_spec("requests") is None
+
+
+def requests_path() -> Path:
+    """Folder holding `requests` and what it needs that the running environment lacks."""
+    return _install("requests", _resolve(("requests",)))
+
+
 def import_environment(version: str) -> dict[str, str]:
     """`os.environ` plus the PYTHONPATH under which `import trl` gives release `version`."""
-    paths = [str(trl_release_path(version))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, import_paths(version)))}
+
+
+def import_paths(version: str) -> list[Path]:
+    """The folders to put first on sys.path so that `import trl` gives release `version`."""
+    paths = [trl_release_path(version)]
     if needs_transformers4(version):
-        paths.append(str(transformers4_path()))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+        paths.append(transformers4_path())
+    if needs_requests(version):
+        paths.append(requests_path())
+    return paths

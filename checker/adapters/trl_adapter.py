@@ -1,77 +1,69 @@
-"""grpo-check's `trl` kind: the stage protocol, computed by TRL 1.16's own GRPOTrainer code.
+"""grpo-check's `trl` kind: the stage protocol, computed by the imported TRL release's own GRPOTrainer code.
 
 `grpo-check trl` (or a path to a TRL tree, put first on sys.path) imports this module in the child
-process and checks it like any functions candidate. Each function below drives the GRPOTrainer
-method that computes its stage, on one trainer built once per process (the tiny model, fp32, CPU),
-with only that method's inputs supplied by the adapter:
+process and checks it like any functions candidate. Every TRL release from 0.17 to 1.16 is driven;
+what moved between releases is handled by `trl_shims`, and each release is compared with its own
+defaults and semantics (`trl_conventions`). Each function below drives the GRPOTrainer method that
+computes its stage, on one trainer built once per process (the tiny model, fp32, CPU), with only
+that method's inputs supplied by the adapter (line numbers: TRL 1.16.0 `grpo_trainer.py`):
 
-| function | what runs (TRL 1.16.0 `grpo_trainer.py`) | inputs the adapter supplies |
+| function | what runs | inputs the adapter supplies |
 | --- | --- | --- |
-| `combine_rewards` | `_generate_and_score_completions`, reward block (gt:L2759-2764) | rewards per function; TRL's combined `rewards` is read from the method's frame |
+| `combine_rewards` | `_generate_and_score_completions`, reward block (gt:L2759-2764) | one reward function per column, returning the given values (None for NaN); TRL's combined `rewards` is read from the method's frame |
 | `compute_advantages` | `_generate_and_score_completions`, advantage block (gt:L2766-2810) | rewards (one reward function); its returned `advantages` |
-| `completion_mask` | `_generate_single_turn` EOS mask (gt:L1880) + truncation mask (gt:L2490) | `model.generate` returns the given ids; the returned `completion_mask`, right-padded to T |
-| `get_per_token_logps` | `_get_per_token_logps_and_entropies` (gt:L1419) on the given model patched with `add_fused_lm_head` as `__init__` patches the policy | the model; the patch is removed afterwards |
-| `completion_logps`, `selective_log_softmax` | the same method and fused head on a stand-in model whose hidden states are the given logits and whose LM head is the identity | logits |
-| `compute_loss` | `_compute_loss` (gt:L3020) | the policy forward returns the given log-probs (graph kept); protocol kwargs set on the trainer and its args |
+| `completion_mask` | the EOS mask (gt:L1880) + truncation mask (gt:L2490) of `_generate_and_score_completions` | `model.generate` returns the given ids; the returned `completion_mask`, right-padded to T |
+| `get_per_token_logps` | the scoring method (`_get_per_token_logps[_and_entropies]`, gt:L1419); from 1.15 with `add_fused_lm_head` as `__init__` patches the policy | the model |
+| `completion_logps`, `selective_log_softmax` | the same method on a stand-in model whose logits (hidden states, LM head the identity, from 1.15) are the given logits | logits |
+| `compute_loss` | `_compute_loss` (gt:L3020) | the scoring method returns the given log-probs (graph kept); protocol kwargs set on the trainer and its args |
 | `per_token_kl` | `_compute_loss` with beta = 1, A = 0, no bias correction; TRL's `per_token_kl` read from the frame | log-probs, reference log-probs |
-| `generate_completions` | `_generate_single_turn` (gt:L1763) with the trainer's GenerationConfig | the model, prompts repeated G times as TRL's sampler does |
+| `strip_reasoning` | a fork's own decode helper, when `_generate_and_score_completions` decodes with one (`trl_shims.decode_helper`) | a tokenizer whose decode returns the given text |
+| `generate_completions` | `_generate_and_score_completions`'s generation with the trainer's GenerationConfig | the model, prompts repeated G times as TRL's sampler does |
 | `make_reference_model` | `GRPOTrainer.__init__` with beta != 0 (reloads from `config._name_or_path`, gt:L984-1003) | the policy, saved to a folder first |
 | `grpo_step` | `training_step` (gt:L1510) -> `_prepare_inputs` -> `_generate_and_score_completions` -> `_compute_loss` -> backward, `num_iterations` times | the policy, reference and optimizer; completions and rewards as above; clip + optimizer step as HF's loop does them |
 
-Not provided (the checker skips those checks): `strip_reasoning`: TRL has no such function
-(reward functions receive the raw decoded text).
+Stock TRL has no reasoning-strip function (reward functions receive the raw decoded text), so
+`strip_reasoning` exists only for a fork that has one.
 
-Conventions: P = GA = S = 1 and train mode, so TRL's normalisers are the protocol's (gt:L3153-3183).
-Each function's `grpo_check_location` is the line of the imported, possibly patched, TRL
-source that it drives.
+Conventions: one process, S = 1 and train mode (gt:L3153-3183). `compute_loss` runs one micro-batch
+at GA = 1, or, where the release scales the loss for accumulation itself (0.23+), the same
+micro-batch twice at GA = 2 as HF's loop accumulates it, with num_items_in_batch counted over both
+(see `_accumulated`). Each function's `grpo_check_location` is the line of the imported, possibly
+patched, TRL source that computes its value.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import pad
 
+from checker.adapters import trl_conventions, trl_shims
 from checker.adapters import trl_trainer as harness
 from checker.adapters.trl_trainer import (
     PROMPT_TEXT,
     LogitsAsHiddenStates,
-    TokenizerWithPad,
     clear_logs,
     reading_locals,
     replaced,
     source_location,
+    tokenizer_with_ids,
     trainer,
     trl_temperature,
 )
 
-_CONFIG_DEFAULTS = {field.name: field.default for field in fields(GRPOConfig)}
-
-# TRL 1.16's defaults for the protocol's keyword arguments, read from GRPOConfig itself.
-CONVENTIONS: dict[str, Any] = {
-    "loss_type": _CONFIG_DEFAULTS["loss_type"],
-    "scale_rewards": _CONFIG_DEFAULTS["scale_rewards"],
-    "beta": _CONFIG_DEFAULTS["beta"],
-    "epsilon_low": _CONFIG_DEFAULTS["epsilon"],
-    "epsilon_high": _CONFIG_DEFAULTS["epsilon_high"],
-    "delta": _CONFIG_DEFAULTS["delta"],
-    "importance_sampling_level": _CONFIG_DEFAULTS["importance_sampling_level"],
-    "use_bias_correction_kl": _CONFIG_DEFAULTS["use_bias_correction_kl"],
-    "sapo_temperature_pos": _CONFIG_DEFAULTS["sapo_temperature_pos"],
-    "sapo_temperature_neg": _CONFIG_DEFAULTS["sapo_temperature_neg"],
-    "mask_truncated_completions": _CONFIG_DEFAULTS["mask_truncated_completions"],
-    "temperature": _CONFIG_DEFAULTS["temperature"],
-}
+CONVENTIONS: dict[str, Any] = trl_conventions.conventions(GRPOConfig)
+SUPPORTED: dict[str, list] = trl_conventions.supported(GRPOConfig)
+TRL_VERSION = trl_shims.RELEASE_TEXT
+_BOOL_SCALE_REWARDS = "scale_rewards" in SUPPORTED
 
 
-def _located(function, marker: str | None = None, also_runs: tuple[str, ...] = ()):
+def _located(function, *markers, also_runs: tuple[str, ...] = ()):
     """Decorator: tag an adapter function with the TRL line it drives.
 
     `also_runs` (`grpo_check_depends_on`) names other stages whose TRL code the function cannot
@@ -80,7 +72,7 @@ def _located(function, marker: str | None = None, also_runs: tuple[str, ...] = (
     """
 
     def tag(adapter_function):
-        adapter_function.grpo_check_location = source_location(function, marker)
+        adapter_function.grpo_check_location = source_location(function, *markers)
         adapter_function.grpo_check_depends_on = also_runs
         return adapter_function
 
@@ -96,6 +88,50 @@ def _settings(owner: Any, **values: Any):
         yield
 
 
+@contextmanager
+def _token_ids(grpo: GRPOTrainer, eos_token_ids: Sequence[int], pad_token_id: int):
+    """The EOS ids and pad id where the release reads them: `eos_token_ids` (1.14.2+),
+    `eos_token_id` / `pad_token_id` (0.21+), the tokenizer (`processing_class`, `_tokenizer`)."""
+    eos = [int(i) for i in eos_token_ids]
+    with _settings(
+        grpo,
+        eos_token_ids=eos,
+        eos_token_id=eos[0],
+        pad_token_id=pad_token_id,
+        processing_class=tokenizer_with_ids(grpo.processing_class, eos[0], pad_token_id),
+        _tokenizer=tokenizer_with_ids(
+            getattr(grpo, "_tokenizer", grpo.processing_class), eos[0], pad_token_id
+        ),
+    ):
+        yield
+
+
+@contextmanager
+def _reward_functions(grpo: GRPOTrainer, rewards_per_func: torch.Tensor, weights):
+    """Reward functions that return the given columns (NaN -> None, TRL's "cannot score")."""
+    columns = [
+        [None if torch.isnan(v) else float(v) for v in rewards_per_func[:, k]]
+        for k in range(rewards_per_func.size(1))
+    ]
+
+    def returning(column: list) -> Any:
+        def reward(completions, **_: Any) -> list:
+            return list(column)
+
+        return reward
+
+    names = [f"reward_{k}" for k in range(len(columns))]
+    with _settings(
+        grpo,
+        reward_funcs=[returning(column) for column in columns],
+        reward_processing_classes=[None] * len(columns),
+        reward_func_names=names,
+        reward_weights=torch.as_tensor(weights, dtype=torch.float32),
+        multi_objective_aggregation="sum_then_normalize",
+    ):
+        yield
+
+
 # ---------------------------------------------------------------------------------------------
 # rewards, advantages, masking: _generate_and_score_completions with given completions and rewards
 
@@ -104,7 +140,7 @@ def _generate_and_score(
     rewards_per_func: torch.Tensor,
     *,
     num_generations: int,
-    scale_rewards: str = "group",
+    scale_rewards: str = CONVENTIONS["scale_rewards"],
     reward_weights: Sequence[float] | torch.Tensor | None = None,
     completion_ids: torch.Tensor | None = None,
     eos_token_ids: Sequence[int] | None = None,
@@ -119,7 +155,7 @@ def _generate_and_score(
     grpo = trainer()
     rewards_per_func = torch.as_tensor(rewards_per_func, dtype=torch.float32)
     num_rows, num_funcs = rewards_per_func.shape
-    eos = list(grpo.eos_token_ids if eos_token_ids is None else eos_token_ids)
+    eos = [harness.built_eos_token_id()] if eos_token_ids is None else list(eos_token_ids)
     if completion_ids is None:
         # Not EOS alone: a completion that is only EOS would be empty under a mask that drops EOS,
         # and the rewards/advantages stages must not depend on the masking stage being right.
@@ -133,22 +169,15 @@ def _generate_and_score(
     def generate(input_ids: torch.Tensor, **_: Any) -> torch.Tensor:
         return torch.cat([input_ids, completion_ids.to(input_ids)], dim=1)
 
-    def calculate_rewards(inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
-        return rewards_per_func.clone()
-
     with (
         _settings(
             grpo,
             num_generations=num_generations,
-            scale_rewards=scale_rewards,
-            reward_weights=torch.as_tensor(weights, dtype=torch.float32),
-            reward_func_names=[f"reward_{k}" for k in range(num_funcs)],
-            multi_objective_aggregation="sum_then_normalize",
-            eos_token_ids=eos,
+            scale_rewards=trl_shims.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
             mask_truncated_completions=mask_truncated_completions,
-            _tokenizer=TokenizerWithPad(grpo._tokenizer, pad_token_id),
-            _calculate_rewards=calculate_rewards,
         ),
+        _token_ids(grpo, eos, pad_token_id),
+        _reward_functions(grpo, rewards_per_func, weights),
         replaced(grpo.model, "generate", generate),
         reading_locals(
             GRPOTrainer._generate_and_score_completions, ("rewards",), when_bound="advantages"
@@ -159,7 +188,11 @@ def _generate_and_score(
     return output, seen
 
 
-@_located(GRPOTrainer._generate_and_score_completions, "rewards[unscorable_mask] = torch.nan")
+@_located(
+    GRPOTrainer._generate_and_score_completions,
+    "rewards[unscorable_mask] = torch.nan",
+    ("rewards = ", "nansum("),
+)
 def combine_rewards(
     rewards_per_func: torch.Tensor, reward_weights: Sequence[float] | torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -182,7 +215,7 @@ def combine_rewards(
     also_runs=("rewards",),
 )
 def compute_advantages(
-    rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group"
+    rewards: torch.Tensor, num_generations: int, scale_rewards: str = CONVENTIONS["scale_rewards"]
 ) -> torch.Tensor:
     """TRL's advantages for already combined rewards (one reward function, weight 1)."""
     output, _ = _generate_and_score(
@@ -193,7 +226,10 @@ def compute_advantages(
     return output["advantages"]
 
 
-@_located(GRPOTrainer._generate_single_turn, "completion_mask = (sequence_indices")
+@_located(
+    getattr(GRPOTrainer, "_generate_single_turn", GRPOTrainer._generate_and_score_completions),
+    "completion_mask = (sequence_indices",
+)
 def completion_mask(
     completion_ids: torch.Tensor,
     eos_token_ids: Sequence[int] | int,
@@ -203,6 +239,8 @@ def completion_mask(
     eos = [eos_token_ids] if isinstance(eos_token_ids, int) else [int(i) for i in eos_token_ids]
     if not eos:
         raise ValueError("eos_token_ids is empty: at least one end-of-sequence id is needed")
+    if not trl_shims.EOS_ID_LIST:
+        eos = eos[:1]  # before 1.14.2 TRL ends completions at the tokenizer's one EOS id
     ids = torch.as_tensor(completion_ids, dtype=torch.long)
     num_rows, length = ids.shape
     output, _ = _generate_and_score(
@@ -217,7 +255,61 @@ def completion_mask(
 
 
 # ---------------------------------------------------------------------------------------------
-# logprobs: the fused LM head, as __init__ installs it on the policy
+# decode: a fork's own helper between decoding and the reward functions (stock TRL has none)
+
+
+class _TextAsIds:
+    """A tokenizer whose decoding of any ids is the given text (the fork's helper is what runs)."""
+
+    def __init__(self, text: str, tokenizer: Any) -> None:
+        self._text = text
+        self.pad_token = tokenizer.pad_token
+        self.eos_token = tokenizer.eos_token
+
+    def batch_decode(self, sequences: Any, **_: Any) -> list[str]:
+        return [self._text for _ in sequences]
+
+    def decode(self, ids: Any, **_: Any) -> str:
+        return self._text
+
+
+def _strip_reasoning_driver(helper, call) -> Any:
+    """`strip_reasoning` on the fork's helper; it takes the tag keywords only if the helper does."""
+    takes_tags = {"open_tag", "close_tag"} <= set(inspect.signature(helper).parameters)
+
+    def run(text: str, **tags: str) -> str:
+        tokenizer = _TextAsIds(text, trainer().processing_class)
+        ids = torch.zeros(1, 1, dtype=torch.long)
+        (answer,) = trl_shims.call_decode_helper(helper, call, ids, tokenizer, **tags)
+        return answer
+
+    if takes_tags:
+
+        def strip_reasoning(
+            text: str, open_tag: str = "<think>", close_tag: str = "</think>"
+        ) -> str:
+            """The fork's decode helper on one completion whose decoded text is `text`."""
+            return run(text, open_tag=open_tag, close_tag=close_tag)
+
+    else:
+
+        def strip_reasoning(text: str) -> str:
+            """The fork's decode helper on one completion whose decoded text is `text`."""
+            return run(text)
+
+    strip_reasoning.grpo_check_location = source_location(helper)
+    strip_reasoning.grpo_check_depends_on = ()
+    return strip_reasoning
+
+
+if trl_shims.decode_helper() is not None:
+    strip_reasoning = _strip_reasoning_driver(*trl_shims.decode_helper())
+
+
+# ---------------------------------------------------------------------------------------------
+# logprobs: the scoring method; from 1.15 through the fused LM head, as __init__ installs it
+
+_LOGPROB_FUNCTION, _LOGPROB_MARKER = trl_shims.logprob_arithmetic()
 
 
 def _fused_head_kwargs(temperature: float) -> dict[str, Any]:
@@ -228,7 +320,11 @@ def _fused_head_kwargs(temperature: float) -> dict[str, Any]:
 
 @contextmanager
 def _fused_head(model: torch.nn.Module, temperature: float):
-    """Patch `model` with TRL's fused LM head for the duration; its own forward comes back after."""
+    """Patch `model` with TRL's fused LM head for the duration (TRL >= 1.15; before, scoring
+    calls the model's own forward); its own forward comes back after."""
+    if not trl_shims.FUSED_LM_HEAD:
+        yield model
+        return
     own_forward = vars(model).get("forward")
     harness.grpo_module.add_fused_lm_head(model, **_fused_head_kwargs(temperature))
     try:
@@ -240,6 +336,18 @@ def _fused_head(model: torch.nn.Module, temperature: float):
             model.forward = own_forward
 
 
+@contextmanager
+def _scoring_temperature(temperature: float):
+    """Before 1.15 scoring divides the logits by `self.temperature`, set by __init__ from args."""
+    grpo = trainer()
+    if trl_shims.FUSED_LM_HEAD:
+        yield
+        return
+    used = trl_temperature(temperature, harness.built_temperature())
+    with replaced(grpo, "temperature", used):
+        yield
+
+
 def _score(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -247,31 +355,28 @@ def _score(
     logits_to_keep: int,
     temperature: float,
 ) -> torch.Tensor:
-    with _fused_head(model, temperature):
-        logps, _, _ = trainer()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True
-        )
-    return logps
+    with _fused_head(model, temperature), _scoring_temperature(temperature):
+        return trl_shims.call_logps(trainer(), model, input_ids, attention_mask, logits_to_keep)
 
 
-@_located(GRPOTrainer._get_per_token_logps_and_entropies)
+@_located(_LOGPROB_FUNCTION, _LOGPROB_MARKER)
 def get_per_token_logps(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     logits_to_keep: int,
-    temperature: float = 1.0,
+    temperature: float = CONVENTIONS["temperature"],
 ) -> torch.Tensor:
     """TRL's per-token log-probs of the last `logits_to_keep` tokens under `model`."""
     return _score(model, input_ids, attention_mask, logits_to_keep, temperature)
 
 
-@_located(GRPOTrainer._get_per_token_logps_and_entropies)
+@_located(_LOGPROB_FUNCTION, _LOGPROB_MARKER)
 def completion_logps(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
     completion_mask: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float = CONVENTIONS["temperature"],
 ) -> torch.Tensor:
     """TRL's scoring of the last T tokens of `input_ids` when the model's logits are `logits`."""
     num_rows, length = input_ids.shape
@@ -282,22 +387,22 @@ def completion_logps(
     return _score(stand_in, input_ids, attention_mask, num_completion, temperature)
 
 
-@_located(GRPOTrainer._get_per_token_logps_and_entropies)
+@_located(_LOGPROB_FUNCTION, _LOGPROB_MARKER)
 def selective_log_softmax(
-    logits: torch.Tensor, index: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor, index: torch.Tensor, temperature: float = CONVENTIONS["temperature"]
 ) -> torch.Tensor:
-    """TRL's fused-head log-prob of `index` under `logits` [..., V].
+    """TRL's log-prob of `index` under `logits` [..., V], through GRPOTrainer's own scoring.
 
-     TRL 1.16's GRPOTrainer scores with its fused LM head, not `trl.trainer.utils.selective_log_softmax`
-    , so each row is scored as a two-token sequence whose first hidden state is the row.
+    Each row is scored as a two-token sequence whose first position's logits are the row, so
+    the release's scoring (its `selective_log_softmax`, or from 1.15 its fused LM head) runs.
     """
     vocab = logits.size(-1)
     rows = logits.reshape(-1, vocab)
-    hidden = torch.stack([rows, torch.zeros_like(rows)], dim=1)  # position 0 predicts token 1
+    stacked = torch.stack([rows, torch.zeros_like(rows)], dim=1)  # position 0 predicts token 1
     targets = index.reshape(-1).long()
     input_ids = torch.stack([torch.zeros_like(targets), targets], dim=1)
     logps = _score(
-        LogitsAsHiddenStates(hidden), input_ids, torch.ones_like(input_ids), 1, temperature
+        LogitsAsHiddenStates(stacked), input_ids, torch.ones_like(input_ids), 1, temperature
     )
     return logps.reshape(index.shape)
 
@@ -316,44 +421,51 @@ def _resolved_epsilon_high(epsilon_low: float, epsilon_high: float | None) -> fl
     return grpo.epsilon_high if built_with_none else epsilon_low
 
 
+# The release's defaults of the loss options (e.g. bnpo and beta 0.04 in 0.17).
+_LOSS_DEFAULTS = {
+    name: CONVENTIONS[name]
+    for name in (
+        "loss_type",
+        "beta",
+        "epsilon_low",
+        "epsilon_high",
+        "delta",
+        "importance_sampling_level",
+        "use_bias_correction_kl",
+        "sapo_temperature_pos",
+        "sapo_temperature_neg",
+    )
+}
+
+
+# Where the release reads each loss option: on the trainer (set by __init__ from args) or on args.
+# Each option is set on both for the call; a release reads the one it has.
 @contextmanager
-def _loss_settings(
-    length: int,
-    *,
-    loss_type: str = "dapo",
-    beta: float = 0.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float | None = None,
-    delta: float | None = None,
-    importance_sampling_level: str = "token",
-    use_bias_correction_kl: bool = True,
-    max_completion_length: int | None = None,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
-):
+def _loss_settings(length: int, *, max_completion_length: int | None = None, **options: Any):
     """The protocol's loss options, set where `_compute_loss` reads them (trainer and args)."""
     grpo = trainer()
-    with (
-        _settings(
-            grpo,
-            loss_type=loss_type,
-            beta=beta,
-            epsilon_low=epsilon_low,
-            epsilon_high=_resolved_epsilon_high(epsilon_low, epsilon_high),
-            importance_sampling_level=importance_sampling_level,
-            max_completion_length=length
-            if max_completion_length is None
-            else max_completion_length,
-        ),
-        _settings(
-            grpo.args,
-            delta=delta,
-            use_bias_correction_kl=use_bias_correction_kl,
-            sapo_temperature_pos=sapo_temperature_pos,
-            sapo_temperature_neg=sapo_temperature_neg,
-        ),
-    ):
+    options = {**_LOSS_DEFAULTS, **options}
+    options["epsilon_high"] = _resolved_epsilon_high(
+        options["epsilon_low"], options["epsilon_high"]
+    )
+    options["max_completion_length"] = (
+        length if max_completion_length is None else max_completion_length
+    )
+    on_args = dict(options, epsilon=options["epsilon_low"])
+    with _settings(grpo, **options), _settings(grpo.args, **on_args):
         yield
+
+
+def _accumulated() -> bool:
+    """Whether `compute_loss` is driven as two accumulated micro-batches (GA = 2).
+
+    From 0.23 TRL scales the loss for gradient accumulation itself (it sets `compute_loss_func` so
+    that HF's `training_step` does not): grpo, bnpo, dr_grpo and sapo divide by
+    `current_gradient_accumulation_steps`, dapo and cispo by `num_items_in_batch` counted over the
+    accumulated batch. Before 0.23 HF's loop divides by GA outside TRL's code, so there is nothing
+    of TRL's to exercise and one micro-batch at GA = 1 is run.
+    """
+    return harness.scales_for_accumulation()
 
 
 def _drive_compute_loss(
@@ -367,36 +479,54 @@ def _drive_compute_loss(
     read: tuple[str, ...] = (),
     **loss_options: Any,
 ) -> tuple[torch.Tensor, dict]:
-    """Run `_compute_loss` with the policy forward returning `per_token_logps` (graph kept)."""
-    if loss_options.get("beta", 0.0) != 0.0 and ref_per_token_logps is None:
+    """Run `_compute_loss` with the scoring method returning `per_token_logps` (graph kept).
+
+    With `_accumulated()`, HF's loop is reproduced on the same micro-batch twice: GA = 2 steps,
+    each `_compute_loss` on the micro-batch, `num_items_in_batch` counted over both, and the two
+    losses summed as their gradients accumulate. For a TRL that scales correctly the sum is the
+    one-micro-batch loss of the protocol, for every loss type (each step contributes half of it).
+    """
+    if loss_options.get("beta") is None:  # the release's default
+        loss_options["beta"] = CONVENTIONS["beta"]
+        if ref_per_token_logps is None:
+            # 0.04 before 0.19.1: TRL's reference is the initial policy, so at the first step it
+            # equals the policy; the KL term and its gradient are 0 there.
+            ref_per_token_logps = per_token_logps.detach()
+    if loss_options["beta"] != 0.0 and ref_per_token_logps is None:
         raise ValueError("beta != 0 needs ref_per_token_logps from the frozen reference model")
     grpo = trainer()
     num_rows, length = per_token_logps.shape
     mask = completion_mask.long()  # TRL's completion_mask is int64 (gt:L2459)
     if num_items_in_batch is None:
         num_items_in_batch = mask.sum()  # one generation batch = this micro-batch (gt:L2498)
+    steps = 2 if _accumulated() else 1
     inputs = {
         "prompt_ids": torch.zeros(num_rows, 1, dtype=torch.long),
         "prompt_mask": torch.ones(num_rows, 1, dtype=torch.long),
         "completion_ids": torch.zeros(num_rows, length, dtype=torch.long),
         "completion_mask": mask,
         "advantages": advantages,
-        "num_items_in_batch": torch.as_tensor(num_items_in_batch),
+        "num_items_in_batch": torch.as_tensor(num_items_in_batch) * steps,
+        "old_per_token_logps": old_per_token_logps,
+        "ref_per_token_logps": ref_per_token_logps,
     }
-    if old_per_token_logps is not None:
-        inputs["old_per_token_logps"] = old_per_token_logps
-    if ref_per_token_logps is not None:
-        inputs["ref_per_token_logps"] = ref_per_token_logps
+    like = harness.scoring_result_sample()
 
-    def policy_forward(model, input_ids, attention_mask, logits_to_keep, **_: Any):
-        return per_token_logps, torch.zeros_like(per_token_logps.detach()), None
+    def scoring(model, input_ids, attention_mask, logits_to_keep, *_: Any, **__: Any):
+        return trl_shims.logps_result(per_token_logps, like)
 
     with (
         _loss_settings(length, **loss_options),
-        replaced(grpo, "_get_per_token_logps_and_entropies", policy_forward),
+        _settings(
+            grpo,
+            num_iterations=1 if old_per_token_logps is None else 2,  # 0.17 reads old only then
+            current_gradient_accumulation_steps=steps,
+        ),
+        _settings(grpo.args, gradient_accumulation_steps=steps, steps_per_generation=steps),
+        replaced(grpo, trl_shims.LOGPS_METHOD, scoring),
         reading_locals(GRPOTrainer._compute_loss, read) as seen,
     ):
-        loss = grpo._compute_loss(grpo.model, inputs)
+        loss = sum(grpo._compute_loss(grpo.model, inputs) for _ in range(steps))
     clear_logs(grpo)
     return loss, seen
 
@@ -409,19 +539,24 @@ def compute_loss(
     *,
     old_per_token_logps: torch.Tensor | None = None,
     ref_per_token_logps: torch.Tensor | None = None,
-    loss_type: str = "dapo",
-    beta: float = 0.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float | None = None,
-    delta: float | None = None,
-    importance_sampling_level: str = "token",
-    use_bias_correction_kl: bool = True,
+    loss_type: str = CONVENTIONS["loss_type"],
+    beta: float | None = None,
+    epsilon_low: float = CONVENTIONS["epsilon_low"],
+    epsilon_high: float | None = CONVENTIONS["epsilon_high"],
+    delta: float | None = CONVENTIONS["delta"],
+    importance_sampling_level: str = CONVENTIONS["importance_sampling_level"],
+    use_bias_correction_kl: bool = CONVENTIONS["use_bias_correction_kl"],
     max_completion_length: int | None = None,
     num_items_in_batch: int | float | torch.Tensor | None = None,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
+    sapo_temperature_pos: float = CONVENTIONS["sapo_temperature_pos"],
+    sapo_temperature_neg: float = CONVENTIONS["sapo_temperature_neg"],
 ) -> torch.Tensor:
-    """TRL's `_compute_loss` on one micro-batch; the gradient flows to `per_token_logps`."""
+    """TRL's `_compute_loss` on one micro-batch; the gradient flows to `per_token_logps`.
+
+    `beta=None` is the release's default (CONVENTIONS["beta"]); without reference log-probs it is
+    measured against the policy itself, as TRL's reference (a copy of the initial policy) is at the
+    first step.
+    """
     loss, _ = _drive_compute_loss(
         per_token_logps,
         advantages,
@@ -470,9 +605,35 @@ def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tenso
 # generation and reference_model (the optional extension of the protocol)
 
 
+@contextmanager
+def _given_prompts(grpo: GRPOTrainer, prompts: list[list[int]], eos: Sequence[int], pad: int):
+    """TRL tokenizes the prompt texts itself; here its tokenization yields the given prompt ids.
+
+    From 0.29.1 through `_tokenize_prompts`; before, through a call of the tokenizer, which gets
+    the rows left-padded as TRL asks for them.
+    """
+
+    def tokenize_prompts(prompt_texts: list) -> tuple[list, None, dict]:
+        return prompts, None, {}
+
+    with (
+        _token_ids(grpo, eos, pad),
+        _settings(
+            grpo,
+            processing_class=tokenizer_with_ids(grpo.processing_class, eos[0], pad, prompts),
+            _tokenize_prompts=tokenize_prompts,
+        ),
+    ):
+        yield
+
+
+def _prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+    return [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
+
+
 @_located(
-    GRPOTrainer._generate_single_turn,
-    "prompt_completion_ids = unwrapped_model.generate(",
+    getattr(GRPOTrainer, "_generate_single_turn", GRPOTrainer._generate_and_score_completions),
+    "unwrapped_model.generate(",
     also_runs=("masking",),
 )
 def generate_completions(
@@ -484,39 +645,50 @@ def generate_completions(
     max_completion_length: int,
     eos_token_ids: list[int],
     pad_token_id: int,
-    temperature: float = 1.0,
+    temperature: float = CONVENTIONS["temperature"],
 ) -> torch.Tensor:
     """TRL's transformers generation path with its GenerationConfig, on `model`.
 
-    Each prompt is repeated G times in a row, as TRL's RepeatSampler lays out a generation batch;
-    TRL cuts every row after its first EOS and the rows are right-padded with `pad_token_id` as in
-    `_generate_and_score_completions` (gt:L2452).
+    `_generate_and_score_completions` runs on the prompts, each repeated G times in a row as TRL's
+    RepeatSampler lays out a generation batch (reward functions return 0); its `completion_ids`
+    are returned, right-padded with `pad_token_id`.
     """
     grpo = trainer()
-    prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
-    repeated = [ids for ids in prompts for _ in range(num_generations)]
+    repeated = [
+        ids for ids in _prompt_rows(prompt_ids, prompt_mask) for _ in range(num_generations)
+    ]
+    eos = list(eos_token_ids) if trl_shims.EOS_ID_LIST else list(eos_token_ids)[:1]
     config = copy.deepcopy(grpo.generation_config)
     config.temperature = trl_temperature(temperature, grpo.generation_config.temperature)
     config.max_new_tokens = max_completion_length
-    config.eos_token_id = list(eos_token_ids)
+    config.eos_token_id = eos
     config.pad_token_id = pad_token_id
-    with _settings(
-        grpo,
-        model_wrapped=model,
-        generation_config=config,
-        eos_token_ids=list(eos_token_ids),
-        _tokenizer=TokenizerWithPad(grpo._tokenizer, pad_token_id),
+    with (
+        _given_prompts(grpo, repeated, eos, pad_token_id),
+        _reward_functions(grpo, torch.zeros(len(repeated), 1), torch.ones(1)),
+        _settings(
+            grpo,
+            model=model,
+            model_wrapped=model,
+            generation_config=config,
+            num_generations=num_generations,
+            max_completion_length=max_completion_length,
+        ),
     ):
-        completions, _ = grpo._generate_single_turn(repeated, None, {}, num_generations)
-    rows = [torch.tensor(ids, dtype=torch.long) for ids in completions]
-    return pad(rows, padding_value=pad_token_id, padding_side="right")
+        output = grpo._generate_and_score_completions([{"prompt": PROMPT_TEXT}] * len(repeated))
+    clear_logs(grpo)
+    return output["completion_ids"]
 
 
-@_located(GRPOTrainer.__init__, "self.ref_model = create_model_from_path(")
+@_located(
+    GRPOTrainer.__init__,
+    ("self.ref_model = ", "from_path("),
+    ("self.ref_model = ", "from_pretrained("),
+)
 def make_reference_model(policy: torch.nn.Module) -> torch.nn.Module:
     """The reference model GRPOTrainer.__init__ creates when beta != 0, for `policy` as it is now.
 
-    TRL reloads the reference from `config._name_or_path` (gt:L1003) at init, when the policy is
+    TRL reloads the reference from the policy's name or path (gt:L1003) at init, when the policy is
     still what was saved there; the policy is therefore saved to a scratch folder and a trainer is
     built on that folder, which reloads its reference exactly as TRL does.
     """
@@ -542,7 +714,7 @@ def grpo_step(
     num_generations: int,
     eos_token_ids: list[int],
     reference: torch.nn.Module | None = None,
-    temperature: float = 1.0,
+    temperature: float = CONVENTIONS["temperature"],
     num_iterations: int = 1,
     max_grad_norm: float = 1.0,
     **loss_kwargs: Any,
@@ -553,34 +725,44 @@ def grpo_step(
     given completions and rewards, old log-probs when num_iterations > 1, reference log-probs when
     beta != 0, shuffle, buffer) -> `_compute_loss` -> backward. Between steps the adapter does what
     `Trainer._inner_training_loop` does: clip the gradient norm (accelerator.clip_grad_norm_),
-    optimizer.step(), zero the gradients. The policy and reference get TRL's fused LM head for the
-    duration, as `__init__` installs it.
+    optimizer.step(), zero the gradients, count the global step. From 1.15 the policy and reference
+    get TRL's fused LM head for the duration, as `__init__` installs it.
     """
     options = dict(loss_kwargs)
-    scale_rewards = options.pop("scale_rewards", "group")
-    mask_truncated_completions = options.pop("mask_truncated_completions", False)
-    if options.get("beta", 0.0) != 0.0 and reference is None:
+    scale_rewards = options.pop("scale_rewards", CONVENTIONS["scale_rewards"])
+    mask_truncated_completions = options.pop(
+        "mask_truncated_completions", CONVENTIONS["mask_truncated_completions"]
+    )
+    if "beta" not in options and CONVENTIONS["beta"] != 0.0 and reference is None:
+        # The release's default beta (0.04 before 0.19.1) with the reference __init__ would make:
+        # a frozen copy of the policy as it is before the step.
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    options = {**_LOSS_DEFAULTS, **options}
+    if options["beta"] != 0.0 and reference is None:
         raise ValueError("beta != 0 needs a reference model (make_reference_model(policy))")
     grpo = trainer()
     num_rows, length = completion_ids.shape
-    prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
-    rewards_per_func = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1, 1)
-
-    def tokenize_prompts(prompt_texts: list) -> tuple[list, None, dict]:
-        return prompts, None, {}
+    eos = list(eos_token_ids) if trl_shims.EOS_ID_LIST else list(eos_token_ids)[:1]
+    pad_token_id = harness.built_pad_token_id()
 
     def generate(input_ids: torch.Tensor, **_: Any) -> torch.Tensor:
         return torch.cat([input_ids, completion_ids.to(input_ids)], dim=1)
-
-    def calculate_rewards(inputs, prompt_texts, completions, completion_ids_list) -> torch.Tensor:
-        return rewards_per_func.clone()
 
     with ExitStack() as stack:
         stack.enter_context(_fused_head(policy, temperature))
         if reference is not None:
             stack.enter_context(_fused_head(reference, temperature))
+        stack.enter_context(_scoring_temperature(temperature))
         stack.enter_context(replaced(policy, "generate", generate))
         stack.enter_context(_loss_settings(length, **options))
+        stack.enter_context(
+            _given_prompts(grpo, _prompt_rows(prompt_ids, prompt_mask), eos, pad_token_id)
+        )
+        stack.enter_context(
+            _reward_functions(
+                grpo, torch.as_tensor(rewards, dtype=torch.float32).reshape(-1, 1), torch.ones(1)
+            )
+        )
         stack.enter_context(
             _settings(
                 grpo,
@@ -589,16 +771,10 @@ def grpo_step(
                 ref_model=reference,
                 num_generations=num_generations,
                 num_iterations=num_iterations,
-                scale_rewards=scale_rewards,
-                reward_weights=torch.ones(1),
-                reward_func_names=["reward"],
-                multi_objective_aggregation="sum_then_normalize",
-                eos_token_ids=list(eos_token_ids),
+                scale_rewards=trl_shims.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
                 mask_truncated_completions=mask_truncated_completions,
+                current_gradient_accumulation_steps=1,
                 _step=0,
-                _buffered_inputs=None,
-                _tokenize_prompts=tokenize_prompts,
-                _calculate_rewards=calculate_rewards,
             )
         )
         stack.enter_context(
@@ -609,11 +785,13 @@ def grpo_step(
                 steps_per_generation=1,
             )
         )
+        stack.enter_context(_settings(grpo.state, global_step=0))
         batch = [{"prompt": PROMPT_TEXT}] * num_rows
         for _ in range(num_iterations):
             optimizer.zero_grad(set_to_none=True)
             loss = grpo.training_step(policy, batch, num_items_in_batch=None)
             grpo.accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm)
             optimizer.step()
+            grpo.state.global_step += 1
     clear_logs(grpo)
     return float(loss)

@@ -1,15 +1,17 @@
 """The machinery behind `checker.adapters.trl_adapter`: one GRPOTrainer, seams to feed it, and a way to read it.
 
 Everything here serves one rule: the adapter never recomputes what TRL computes. It builds a real
-`GRPOTrainer` (TRL 1.16, whichever copy `import trl` finds first on sys.path), replaces only the
-inputs of the method under check (generation returns given ids, rewards return given values, the
-policy forward returns given log-probs) and reads what TRL's own code made of them: a return value,
-or a local variable of TRL's method read from its frame when the method does not return it.
+`GRPOTrainer` (any release from 0.17 to 1.16, whichever copy `import trl` finds first on sys.path),
+replaces only the inputs of the method under check (generation returns given ids, reward functions
+return given values, the policy forward returns given log-probs) and reads what TRL's own code made
+of them: a return value, or a local variable of TRL's method read from its frame when the method
+does not return it. What differs between releases lives in `trl_shims`.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import inspect
 import random
 import shutil
@@ -25,9 +27,10 @@ from typing import Any
 import torch
 import trl.trainer.grpo_trainer as grpo_module
 from datasets import Dataset
-from transformers import PretrainedConfig, PreTrainedTokenizerFast
+from transformers import BatchEncoding, PretrainedConfig, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
+from checker.adapters.trl_shims import FUSED_LM_HEAD, LOGPS_METHOD, config_fields
 from reference_impl.tiny import tiny_model_path
 
 # The trainer is built with a non-unit temperature so that what TRL's __init__ does with it (the
@@ -42,14 +45,16 @@ GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
 # Locations: which line of the imported (possibly patched) TRL source a function drives
 
 
-def source_location(function: Callable, marker: str | None = None) -> str:
-    """`file:line` of `marker`'s first occurrence in `function`'s source, else of its `def` line."""
+def source_location(function: Callable, *markers: str | tuple[str, ...]) -> str:
+    """`file:line` of the first line of `function`'s source holding one of `markers` (all of a
+    tuple's parts), else of its `def` line."""
     function = inspect.unwrap(function)
     path = str(Path(inspect.getsourcefile(function)).resolve())
     lines, first_line = inspect.getsourcelines(function)
-    if marker is not None:
+    for marker in markers:
+        parts = (marker,) if isinstance(marker, str) else marker
         for offset, line in enumerate(lines):
-            if marker in line:
+            if all(part in line for part in parts):
                 return f"{path}:{first_line + offset}"
     for offset, line in enumerate(lines):  # skip decorators
         if line.lstrip().startswith("def "):
@@ -115,15 +120,38 @@ def replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
             delattr(owner, name)
 
 
-class TokenizerWithPad:
-    """The trainer's tokenizer with another pad id (TRL reads `_tokenizer.pad_token_id`)."""
+def tokenizer_with_ids(
+    tokenizer: Any, eos_token_id: int, pad_token_id: int, prompts: list[list[int]] | None = None
+) -> Any:
+    """A copy of `tokenizer` whose `eos_token_id` and `pad_token_id` are the given ids.
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, pad_token_id: int) -> None:
-        self._tokenizer = tokenizer
-        self.pad_token_id = pad_token_id
+    TRL reads them from the tokenizer (`processing_class` before 1.3, `_tokenizer` after); the copy
+    is still an instance of the tokenizer's class, so TRL's isinstance tests see a tokenizer. With
+    `prompts`, calling it on texts (TRL tokenizing the prompts before 0.29.1) gives those ids,
+    left-padded with the pad id.
+    """
+    cls = type(tokenizer)
+    members: dict[str, Any] = {
+        "eos_token_id": property(lambda self: eos_token_id),
+        "pad_token_id": property(lambda self: pad_token_id),
+    }
+    if prompts is not None:
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tokenizer, name)
+        def tokenize(self, text=None, *args: Any, return_tensors=None, **kwargs: Any):
+            if text is None or len(text) != len(prompts):
+                return cls.__call__(self, text, *args, return_tensors=return_tensors, **kwargs)
+            width = max(len(ids) for ids in prompts)
+            ids = [[pad_token_id] * (width - len(row)) + row for row in prompts]
+            mask = [[0] * (width - len(row)) + [1] * len(row) for row in prompts]
+            return BatchEncoding(
+                {"input_ids": ids, "attention_mask": mask}, tensor_type=return_tensors
+            )
+
+        members["__call__"] = tokenize
+    with_ids = type(cls.__name__, (cls,), members)
+    clone = copy.copy(tokenizer)
+    clone.__class__ = with_ids
+    return clone
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +172,13 @@ def _rng_untouched() -> Iterator[None]:
 
 @contextmanager
 def _recording_fused_head_calls(calls: list[dict]) -> Iterator[None]:
-    """Record the arguments GRPOTrainer.__init__ passes to `add_fused_lm_head` (temperature, ...)."""
+    """Record the arguments GRPOTrainer.__init__ passes to `add_fused_lm_head` (temperature, ...).
+
+    Only TRL >= 1.15 has the fused LM head; before, nothing is recorded.
+    """
+    if not FUSED_LM_HEAD:
+        yield
+        return
     original = grpo_module.add_fused_lm_head
 
     def recording(model, **kwargs):
@@ -164,7 +198,11 @@ def _unused_reward(completions, **_) -> list[float]:
 
 
 def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
-    """TRL's offline CPU recipe: fp32, no checkpointing, one process, GA = S = 1."""
+    """TRL's offline CPU recipe: fp32, no checkpointing, one process, GA = S = 1, no KL.
+
+    beta is 0 whatever the release's default (0.04 before 0.19.1), so that no reference model is
+    loaded; the loss stages set beta per call. Options a release does not have are left out.
+    """
     options = dict(
         output_dir=output_dir,
         use_cpu=True,
@@ -174,12 +212,14 @@ def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
         num_generations=2,
         max_completion_length=8,
         temperature=BUILD_TEMPERATURE,
+        beta=0.0,
         report_to="none",
         save_strategy="no",
         logging_steps=1,
     )
     options.update(overrides)
-    return GRPOConfig(**options)
+    known = config_fields(GRPOConfig)
+    return GRPOConfig(**{k: v for k, v in options.items() if k in known})
 
 
 def scratch_dir() -> str:
@@ -195,6 +235,8 @@ def build_trainer(model: str | Path, **overrides: Any) -> tuple[GRPOTrainer, lis
     comes as ids, not text.
     """
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_model_path())
+    # TRL 0.23-0.26 pass every tokenizer output to `generate`; Qwen2 rejects token_type_ids
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
     fused_head_calls: list[dict] = []
     with _rng_untouched(), _recording_fused_head_calls(fused_head_calls):
         trainer = GRPOTrainer(
@@ -218,6 +260,45 @@ def _built() -> tuple[GRPOTrainer, list[dict]]:
 def trainer() -> GRPOTrainer:
     """The process's one GRPOTrainer on the tiny model, built on first use."""
     return _built()[0]
+
+
+@cache
+def built_eos_token_id() -> int:
+    """The EOS id the trainer was built with (`eos_token_ids[0]` from 1.14.2, else the tokenizer's)."""
+    grpo = trainer()
+    ids = getattr(grpo, "eos_token_ids", None)
+    return int(ids[0]) if ids else int(grpo.processing_class.eos_token_id)
+
+
+@cache
+def built_pad_token_id() -> int:
+    """The tokenizer's pad id (a real token id: padded rows go through the model in training)."""
+    return int(trainer().processing_class.pad_token_id)
+
+
+@cache
+def built_temperature() -> float:
+    """What __init__ made of BUILD_TEMPERATURE for scoring (`self.temperature`, before 1.15)."""
+    return float(trainer().temperature)
+
+
+@cache
+def scales_for_accumulation() -> bool:
+    """True when the trainer scales its loss for gradient accumulation itself (0.23+): it gives
+    HF's Trainer a `compute_loss_func` so that `training_step` does not divide by GA."""
+    return getattr(trainer(), "compute_loss_func", None) is not None
+
+
+@cache
+def scoring_result_sample() -> Any:
+    """One real return of the scoring method (a tensor before 0.20, then a 2- or 3-tuple)."""
+    grpo = trainer()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        method = getattr(grpo, LOGPS_METHOD)
+        if LOGPS_METHOD == "_get_per_token_logps":
+            return method(grpo.model, ids, torch.ones_like(ids), 1)
+        return method(grpo.model, ids, torch.ones_like(ids), 1, compute_entropy=True)
 
 
 def policy_fused_head_kwargs() -> dict[str, Any]:
@@ -244,19 +325,24 @@ def clear_logs(grpo: GRPOTrainer) -> None:
     """Drop the metrics and completion logs a driven call appended (they only grow otherwise)."""
     for mode in grpo._metrics.values():
         mode.clear()
-    for log in grpo._logs.values():
-        log.clear()
+    logs = getattr(grpo, "_logs", None) or getattr(
+        grpo, "_textual_logs", {}
+    )  # before 0.19: _textual_logs
+    for log in logs.values():
+        if hasattr(log, "clear"):
+            log.clear()
 
 
 # ---------------------------------------------------------------------------------------------
-# A causal-LM stand-in for scoring given logits through TRL's fused LM head
+# A causal-LM stand-in for scoring given logits through TRL's scoring code
 
 
 class LogitsAsHiddenStates(torch.nn.Module):
-    """A causal LM whose last hidden states are given logits and whose LM head is the identity.
+    """A causal LM whose logits, and last hidden states, are given logits; its LM head is the identity.
 
-    Patched by `add_fused_lm_head`, it lets TRL's own scoring (label masking, the shift, the
-    chunked log-softmax kernel) run on logits the caller chose: `h @ I = logits` exactly in fp32.
+    Before TRL 1.15 its forward returns the logits; patched by `add_fused_lm_head` (1.15+), TRL's
+    own scoring (label masking, the shift, the chunked log-softmax kernel) runs on the hidden
+    states: `h @ I = logits` exactly in fp32.
     """
 
     def __init__(self, logits: torch.Tensor) -> None:
@@ -276,4 +362,6 @@ class LogitsAsHiddenStates(torch.nn.Module):
         return self.lm_head
 
     def forward(self, input_ids=None, attention_mask=None, **_: Any) -> Any:
-        raise RuntimeError("only the fused LM head path is used")
+        """Before TRL 1.15 scoring calls the model and reads `.logits` (a copy: 1.0-1.8 divide it
+        by the temperature in place); the fused head replaces this forward from 1.15."""
+        return SimpleNamespace(logits=self._logits.clone())

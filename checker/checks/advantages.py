@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, assert_close, fmt
 from reference_impl.protocol import SCALE_REWARDS
 
@@ -170,6 +170,8 @@ def constant_group_is_zero(ctx: Context) -> None:
 @check("advantages", "compute_advantages")
 def nan_rewards_are_excluded(ctx: Context) -> None:
     """A NaN reward is left out of its group's mean and std and gets advantage 0; all-NaN groups give 0."""
+    if ctx.config.get("nan_reward_policy", "exclude") != "exclude":
+        raise Skip(f"declared NaN-reward policy {ctx.config['nan_reward_policy']!r}, not exclude")
     rewards = torch.tensor([NAN, 0.0, 1.0, 1.0, NAN, NAN, NAN, NAN, 0.5, NAN, 0.0, 1.0])
     seen = _advantages(ctx, rewards, 4)
     expected = ctx.ref_advantages(rewards, 4)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from checker import fixtures
-from checker.checks import CandidateError, CheckFailure, check
+from checker.checks import CandidateError, CheckFailure, Skip, check
 from checker.checks.context import Context, fmt
 
 EOS, EOS2, PAD = fixtures.EOS_ID, 9, fixtures.PAD_ID
@@ -135,6 +135,8 @@ def samples_follow_tempered_softmax(ctx: Context) -> None:
 @check("generation", "generate_completions", heavy=True)
 def pad_after_first_eos(ctx: Context) -> None:
     """After a row's first EOS (any id of eos_token_ids) every position holds pad_token_id."""
+    if ctx.config.get("eos_token_ids", "all") != "all":
+        raise Skip(f"declared to honour {ctx.config['eos_token_ids']!r} of eos_token_ids only")
     model = fixtures.tiny_model(logit_scale=1.0).eval()
     with torch.no_grad():  # make both EOS ids likely so that rows end at different positions
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())

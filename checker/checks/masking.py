@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 import reference_impl
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context
 
 EOS, EOS2, PAD = 1, 9, 0
@@ -78,6 +78,8 @@ def eos_at_first_and_last_position(ctx: Context) -> None:
 @check("masking", "completion_mask")
 def every_eos_id_counts(ctx: Context) -> None:
     """Every id in eos_token_ids ends a completion (e.g. <|endoftext|> and <|im_end|>)."""
+    if ctx.config.get("eos_token_ids", "all") != "all":
+        raise Skip(f"declared to honour {ctx.config['eos_token_ids']!r} of eos_token_ids only")
     ids = torch.tensor([[5, EOS2, 6, 7, 8], [5, 6, EOS, 7, 8], [EOS2, 5, EOS, 6, 7]])
     _compare(ctx, ids, [EOS, EOS2], "mask with two EOS ids")
 

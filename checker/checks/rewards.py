@@ -11,7 +11,7 @@ import math
 import torch
 
 import reference_impl
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, assert_close, fmt
 
 NAN = math.nan
@@ -68,6 +68,8 @@ def nan_entry_adds_nothing(ctx: Context) -> None:
 @check("rewards", "combine_rewards")
 def all_nan_row_stays_nan(ctx: Context) -> None:
     """A row whose every reward is NaN is NaN (unscorable), not 0, so it drops out of group statistics."""
+    if ctx.config.get("nan_reward_policy", "exclude") != "exclude":
+        raise Skip(f"declared NaN-reward policy {ctx.config['nan_reward_policy']!r}, not exclude")
     rewards = torch.tensor([[NAN, NAN, NAN], [1.0, 0.0, NAN]])
     seen = _combine(ctx, rewards, WEIGHTS)
     if not math.isnan(float(seen[0])):

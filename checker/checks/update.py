@@ -13,9 +13,9 @@ import torch
 
 import reference_impl
 from checker import fixtures
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, fmt
-from reference_impl.protocol import COMPUTE_STAGES
+from reference_impl.protocol import COMPUTE_STAGES, DEFAULTS
 
 G = 4
 
@@ -130,6 +130,11 @@ def equal_rewards_change_nothing(ctx: Context) -> None:
 @check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
 def step_matches_reference(ctx: Context) -> None:
     """One grpo_step (SGD lr 0.05, stale .grad filled in beforehand) gives the reference's parameters."""
+    if (
+        ctx.config["beta"] != DEFAULTS["beta"]
+        or ctx.config["temperature"] != DEFAULTS["temperature"]
+    ):
+        raise Skip("the reference step runs at beta 0 and temperature 1, not the declared ones")
     policy, expected = fixtures.tiny_model(), fixtures.tiny_model()
     data = _batch(ctx)
     _step(ctx, None, policy, data, REWARDS)
@@ -149,6 +154,11 @@ def step_matches_reference(ctx: Context) -> None:
 @check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
 def old_logps_frozen_across_iterations(ctx: Context) -> None:
     """num_iterations = 2: the second pass uses the old log-probs of generation time (ratio != 1), as the reference does."""
+    if (
+        ctx.config["beta"] != DEFAULTS["beta"]
+        or ctx.config["temperature"] != DEFAULTS["temperature"]
+    ):
+        raise Skip("the reference step runs at beta 0 and temperature 1, not the declared ones")
     policy, expected, recomputed = (fixtures.tiny_model() for _ in range(3))
     data = _batch(ctx)
     lr = 2.0  # large enough that the second pass sees ratios outside the clip band

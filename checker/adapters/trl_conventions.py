@@ -1,0 +1,78 @@
+"""The conventions of the imported TRL release: what the checker compares its GRPOTrainer against.
+
+Keyword defaults come from the release's own `GRPOConfig` (so bnpo, a bool scale_rewards, beta 0.04
+and temperature 0.9 where the release has them); a field the release lacks is the behaviour it has
+without it (no `delta`: no cap; no `importance_sampling_level`: token ratios; no
+`use_bias_correction_kl`: the bare k3 term). Semantics no keyword names are declared by name and
+decided by the release number, never by reading the code, so that a fork that changes them is
+still compared with its release:
+
+| name | protocol | before |
+| --- | --- | --- |
+| `nan_reward_policy` | "exclude": a row whose reward functions all returned None stays NaN and is left out of the group statistics | 1.6.0: "zero", the row's reward is 0 and counts |
+| `empty_batch_normaliser` | "clamped": dapo / cispo divide by max(num_items_in_batch, 1) | 1.9.2: "unclamped", a batch with no completion token gives 0 / 0 |
+| `eos_token_ids` | "all": every id of the list ends a completion | 1.14.2: "first", the tokenizer's one EOS id |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checker.adapters.trl_shims import EOS_ID_LIST, RELEASE, config_defaults, config_fields
+from reference_impl.protocol import LOSS_TYPES
+
+# The release each protocol loss type first appears in (TRL's `loss_type` values).
+LOSS_TYPE_SINCE = {
+    "grpo": (0, 17),
+    "bnpo": (0, 17),
+    "dr_grpo": (0, 17),
+    "dapo": (0, 22, 2),
+    "cispo": (0, 26, 2),
+    "sapo": (0, 26, 2),
+}
+
+
+def _scale_rewards(default: bool | str) -> str:
+    """Up to 0.21 scale_rewards is a bool: True divides by the group std ("group")."""
+    if isinstance(default, bool):
+        return "group" if default else "none"
+    return default
+
+
+def conventions(config_cls: type) -> dict[str, Any]:
+    """The release's keyword defaults and named semantics (see the module docstring)."""
+    defaults = config_defaults(config_cls)
+    return {
+        "loss_type": defaults["loss_type"],
+        "scale_rewards": _scale_rewards(defaults["scale_rewards"]),
+        "beta": defaults["beta"],
+        "epsilon_low": defaults["epsilon"],
+        "epsilon_high": defaults["epsilon_high"],
+        "delta": defaults.get("delta"),
+        "importance_sampling_level": defaults.get("importance_sampling_level", "token"),
+        "use_bias_correction_kl": defaults.get("use_bias_correction_kl", False),
+        "sapo_temperature_pos": defaults.get("sapo_temperature_pos", 1.0),
+        "sapo_temperature_neg": defaults.get("sapo_temperature_neg", 1.05),
+        "mask_truncated_completions": defaults["mask_truncated_completions"],
+        "temperature": defaults["temperature"],
+        "nan_reward_policy": "exclude" if RELEASE >= (1, 6) else "zero",
+        "empty_batch_normaliser": "clamped" if RELEASE >= (1, 9, 2) else "unclamped",
+        "eos_token_ids": "all" if EOS_ID_LIST else "first",
+    }
+
+
+def supported(config_cls: type) -> dict[str, list]:
+    """The values of each keyword the release can take; checks that need others are skipped."""
+    have = config_fields(config_cls)
+    values: dict[str, list] = {
+        "loss_type": [t for t in LOSS_TYPES if LOSS_TYPE_SINCE[t] <= RELEASE],
+    }
+    if isinstance(config_defaults(config_cls)["scale_rewards"], bool):
+        values["scale_rewards"] = ["group", "none"]
+    if "delta" not in have:
+        values["delta"] = [None]
+    if "importance_sampling_level" not in have:
+        values["importance_sampling_level"] = ["token"]
+    if "use_bias_correction_kl" not in have:
+        values["use_bias_correction_kl"] = [False]
+    return values
