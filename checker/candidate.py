@@ -35,6 +35,7 @@ from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
 YAML_KEYS = {"module", "path", "functions", "config", "supported"}
+KINDS = ("auto", "functions", "trl", "verl")
 
 
 class TargetError(Exception):
@@ -46,7 +47,7 @@ class CandidateSpec:
     """A resolved TARGET; plain data so it can be sent to the child as JSON."""
 
     target: str
-    kind: str  # "functions" or "trl"
+    kind: str  # "functions", "trl" or "verl"
     module: str | None = None
     path: str | None = None
     renames: dict[str, str] = field(default_factory=dict)
@@ -69,8 +70,14 @@ class Candidate:
 
 def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
     """Decide the kind of TARGET and read its YAML, without importing the candidate."""
-    if kind not in ("auto", "functions", "trl"):
-        raise TargetError(f"unknown --kind {kind!r}; use auto, functions or trl")
+    if kind not in KINDS:
+        raise TargetError(f"unknown --kind {kind!r}; use {', '.join(KINDS)}")
+    if kind == "verl" or (kind == "auto" and target == "verl"):
+        if target != "verl":
+            raise TargetError(
+                f"{target}: the verl kind checks the verl that Python imports; give `verl`"
+            )
+        return CandidateSpec(target, "verl")
     path = Path(target)
     is_trl_tree = path.is_dir() and (path / "trl" / "trainer" / "grpo_trainer.py").is_file()
     if kind == "trl" or (kind == "auto" and (target == "trl" or is_trl_tree)):
@@ -153,6 +160,8 @@ def load_candidate(spec: CandidateSpec) -> Candidate:
     """Import the candidate and collect its protocol functions; TargetError if nothing usable."""
     if spec.kind == "trl":
         return _load_trl(spec)
+    if spec.kind == "verl":
+        return _load_verl(spec)
     module = _import_functions_module(spec)
     functions, locations = {}, {}
     for name in ALL_FUNCTIONS:
@@ -232,6 +241,21 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
     config = {**DEFAULTS, **declared}
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
     return Candidate(spec, functions, locations, config, supported)
+
+
+def _load_verl(spec: CandidateSpec) -> Candidate:
+    """verl's core_algos behind the protocol (checker.adapters.verl_adapter)."""
+    try:
+        adapter = importlib.import_module("checker.adapters.verl_adapter")
+    except BaseException as error:  # noqa: BLE001 - a broken verl install may fail in any way
+        raise TargetError(
+            f"verl: cannot import verl's core_algos: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
+    functions = {name: getattr(adapter, name) for name in ALL_FUNCTIONS if hasattr(adapter, name)}
+    locations = {name: fn.grpo_check_location for name, fn in functions.items()}
+    declared = normalise_config(adapter.CONVENTIONS, "checker.adapters.verl_adapter")
+    supported = {k: list(v) for k, v in adapter.SUPPORTED.items()}
+    return Candidate(spec, functions, locations, {**DEFAULTS, **declared}, supported)
 
 
 def source_location(fn: object, cwd: str) -> str | None:

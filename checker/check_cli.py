@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from checker import __version__
-from checker.candidate import TargetError, resolve_target
+from checker.candidate import KINDS, TargetError, resolve_target
 from checker.checks import CheckResult
 from checker.diagnosis import diagnose
 from checker.report import print_table, to_json, write_junit
@@ -43,10 +43,10 @@ def run_check(
 @click.argument("target")
 @click.option(
     "--kind",
-    type=click.Choice(["auto", "functions", "trl"]),
+    type=click.Choice(KINDS),
     default="auto",
     show_default=True,
-    help="functions: stage-protocol functions (.py, module, YAML); trl: TRL's GRPOTrainer.",
+    help="functions: stage-protocol functions (.py, module, YAML); trl: TRL's GRPOTrainer; verl: verl's core_algos.",
 )
 @click.option(
     "--stage",
@@ -80,7 +80,7 @@ def check(
     timeout: float,
     workers: int,
 ) -> None:
-    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, or a TRL source tree."""
+    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, a TRL source tree, or `verl`."""
     err = Console(stderr=True)
     out = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
     status = err.status(f"grpo-check {target}: loading the candidate", spinner="dots")

@@ -19,6 +19,7 @@ from checker import conventions
 from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import batch, loss_and_grad
 from checker.checks.context import Context, assert_close, fmt
+from reference_impl.protocol import KL_ESTIMATORS
 
 BETA = 0.1
 
@@ -58,6 +59,36 @@ def per_token_kl_matches_reference(ctx: Context) -> None:
                 d, other
             )
     assert_close(seen, _estimate(ctx, d), atol=1e-6, rtol=1e-5, what=f"{own} values", causes=causes)
+
+
+@check("kl", "per_token_kl")
+def other_estimators_match_formulas(ctx: Context) -> None:
+    """Every other kl_estimator the candidate takes (verl's k1, k2/mse, k3/low_var_kl, abs) equals its formula."""
+    logps = -ctx.rand(4, 6) * 3
+    ref = -ctx.rand(4, 6) * 3
+    d = (ref - logps).double()
+    ran = 0
+    for estimator in KL_ESTIMATORS:
+        if estimator == ctx.config["kl_estimator"]:
+            continue
+        try:
+            seen = ctx.call("per_token_kl", logps, ref, shape=logps.shape, kl_estimator=estimator)
+        except Skip:
+            continue
+        expected = conventions.kl_value(d, estimator)
+        assert_close(
+            seen.detach().double(),
+            expected,
+            atol=1e-6,
+            rtol=1e-5,
+            what=f"{estimator} values",
+            causes={
+                "the KL direction is swapped: d = logp - ref": conventions.kl_value(-d, estimator)
+            },
+        )
+        ran += 1
+    if not ran:
+        raise Skip("per_token_kl takes no kl_estimator")
 
 
 @check("kl", "per_token_kl")

@@ -181,16 +181,17 @@ def other_loss_types_match_formula(ctx: Context) -> None:
 
 @check("loss_aggregation", "compute_loss", depends_on=("ratio",))
 def sapo_gradient_matches_formula(ctx: Context) -> None:
-    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1)."""
+    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded)."""
     logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
     mask = unequal_mask(LENGTHS, WIDTH)
     _, grad = loss_and_grad(
         ctx, logps, ADVANTAGES, mask, loss_type="sapo", importance_sampling_level="token"
     )
     m = mask.double()
-    expected = (
-        -ADVANTAGES.double().unsqueeze(1) * m / m.sum(1, keepdim=True).clamp(min=1) / m.size(0)
-    )
+    rows = m.size(0)
+    if ctx.config["empty_rows"] == "excluded":
+        rows = int((m.sum(1) > 0).sum())
+    expected = -ADVANTAGES.double().unsqueeze(1) * m / m.sum(1, keepdim=True).clamp(min=1) / rows
     other = -ADVANTAGES.double().unsqueeze(1) * m / m.sum().clamp(min=1)
     assert_close(
         grad,
