@@ -76,10 +76,10 @@ def _missing(name: str) -> click.Command:
 
 
 def _register_subcommands() -> None:
-    from checker.check_cli import check
+    from checker.check_cli import check, profile
     from checker.demo import demo
 
-    for command in (check, demo):
+    for command in (check, profile, demo):
         main.add_command(command)
     for entry in entry_points(group="grpo_check.commands"):
         main.add_command(entry.load(), entry.name)

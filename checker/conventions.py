@@ -76,7 +76,7 @@ def fit_epsilon(
     centred = (grouped - grouped.mean(1, keepdim=True)).reshape(-1)
     std = group_std(grouped, estimator).expand_as(grouped).reshape(-1)
     seen = seen.double().reshape(-1)
-    keep = (seen.abs() > 1e-3) & (centred.abs() > 1e-3)
+    keep = (seen.abs() > 1e-3 * seen.abs().max()) & (centred.abs() > 1e-3 * centred.abs().max())
     if not keep.any():
         return None
     for placement, values in (
@@ -84,8 +84,9 @@ def fit_epsilon(
         ("sqrt", (centred[keep] / seen[keep]) ** 2 - std[keep] ** 2),
     ):
         epsilon = float(values.median())
-        spread = float((values - epsilon).abs().max())
-        if spread <= 1e-5 * max(1.0, abs(epsilon)) and epsilon > -1e-6:
+        scale = float(std[keep].median()) if placement == "std" else float(std[keep].median()) ** 2
+        tolerance = max(1e-3 * abs(epsilon), 1e-6 * scale)
+        if float((values - epsilon).abs().max()) <= tolerance and epsilon > -tolerance:
             return placement, max(epsilon, 0.0)
     return None
 
