@@ -37,6 +37,7 @@ from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
 YAML_KEYS = {"module", "path", "functions", "config", "supported"}
+KINDS = ("auto", "functions", "trl", "verl")
 
 
 class TargetError(Exception):
@@ -48,7 +49,7 @@ class CandidateSpec:
     """A resolved TARGET; plain data so it can be sent to the child as JSON."""
 
     target: str
-    kind: str  # "functions" or "trl"
+    kind: str  # "functions", "trl" or "verl"
     module: str | None = None
     path: str | None = None
     renames: dict[str, str] = field(default_factory=dict)
@@ -71,8 +72,14 @@ class Candidate:
 
 def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
     """Decide the kind of TARGET and read its YAML, without importing the candidate."""
-    if kind not in ("auto", "functions", "trl"):
-        raise TargetError(f"unknown --kind {kind!r}; use auto, functions or trl")
+    if kind not in KINDS:
+        raise TargetError(f"unknown --kind {kind!r}; use {', '.join(KINDS)}")
+    if kind == "verl" or (kind == "auto" and target == "verl"):
+        if target != "verl":
+            raise TargetError(
+                f"{target}: the verl kind checks the verl that Python imports; give `verl`"
+            )
+        return CandidateSpec(target, "verl")
     path = Path(target)
     tree_root = trl_version.package_root(path) if path.is_dir() else None
     if kind == "trl" or (kind == "auto" and (target == "trl" or tree_root is not None)):
@@ -187,6 +194,8 @@ def load_candidate(spec: CandidateSpec) -> Candidate:
     """Import the candidate and collect its protocol functions; TargetError if nothing usable."""
     if spec.kind == "trl":
         return _load_trl(spec)
+    if spec.kind == "verl":
+        return _load_verl(spec)
     module = _import_functions_module(spec)
     functions, locations = {}, {}
     for name in ALL_FUNCTIONS:
@@ -261,7 +270,7 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
         raise TargetError(f"{spec.target}: the TRL adapter exposes none of the protocol functions")
     conventions = getattr(adapter, "CONVENTIONS", {}) or {}
     # Keywords of the protocol, and the release's named semantics that no keyword expresses
-    # (e.g. `nan_reward_policy`), which checks read to skip what the release does differently.
+    # (e.g. `nan_rewards`), which checks read to skip what the release does differently.
     keywords = {k: v for k, v in conventions.items() if CONVENTION_ALIASES.get(k, k) in DEFAULTS}
     named = {k: v for k, v in conventions.items() if k not in keywords}
     config = {
@@ -278,6 +287,21 @@ def function_location(fn: object, cwd: str) -> str | None:
     points at the third-party line that computes the value), else its own definition."""
     where = getattr(fn, "grpo_check_location", None)
     return str(where) if where else source_location(fn, cwd)
+
+
+def _load_verl(spec: CandidateSpec) -> Candidate:
+    """verl's core_algos behind the protocol (checker.adapters.verl_adapter)."""
+    try:
+        adapter = importlib.import_module("checker.adapters.verl_adapter")
+    except BaseException as error:  # noqa: BLE001 - a broken verl install may fail in any way
+        raise TargetError(
+            f"verl: cannot import verl's core_algos: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
+    functions = {name: getattr(adapter, name) for name in ALL_FUNCTIONS if hasattr(adapter, name)}
+    locations = {name: fn.grpo_check_location for name, fn in functions.items()}
+    declared = normalise_config(adapter.CONVENTIONS, "checker.adapters.verl_adapter")
+    supported = {k: list(v) for k, v in adapter.SUPPORTED.items()}
+    return Candidate(spec, functions, locations, {**DEFAULTS, **declared}, supported)
 
 
 def source_location(fn: object, cwd: str) -> str | None:

@@ -1,4 +1,5 @@
-"""`grpo-check TARGET`: check a trainer stage by stage (the command-line contract in the README).
+"""`grpo-check TARGET`: check a trainer stage by stage (the command-line contract in the README);
+`grpo-check profile TARGET`: measure its conventions (checker.profile).
 
 Exit status 0 when every check that ran passed, 1 when one failed or raised in the candidate, 2
 when nothing could be checked. With `--json`, standard output holds one JSON object and nothing
@@ -7,18 +8,23 @@ else; progress goes to standard error.
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from checker import __version__
-from checker.candidate import TargetError, resolve_target
+from checker.candidate import KINDS, TargetError, resolve_target
 from checker.checks import CheckResult
 from checker.diagnosis import diagnose
+from checker.profile import PROFILE_TIMEOUT, ProfileError, run_profile, yaml_text
 from checker.report import print_table, to_json, write_junit
 from checker.sandbox import CandidateLoadError, run_isolated
-from reference_impl.protocol import STAGES
+from reference_impl.protocol import DEFAULTS, STAGES
 
 DEFAULT_SEED = 1234
 DEFAULT_TIMEOUT = 60.0
@@ -43,10 +49,10 @@ def run_check(
 @click.argument("target")
 @click.option(
     "--kind",
-    type=click.Choice(["auto", "functions", "trl"]),
+    type=click.Choice(KINDS),
     default="auto",
     show_default=True,
-    help="functions: stage-protocol functions (.py, module, YAML); trl: TRL's GRPOTrainer.",
+    help="functions: stage-protocol functions (.py, module, YAML); trl: TRL's GRPOTrainer; verl: verl's core_algos.",
 )
 @click.option(
     "--stage",
@@ -80,7 +86,7 @@ def check(
     timeout: float,
     workers: int,
 ) -> None:
-    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, or a TRL source tree."""
+    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, a TRL source tree, or `verl`."""
     err = Console(stderr=True)
     out = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
     status = err.status(f"grpo-check {target}: loading the candidate", spinner="dots")
@@ -107,3 +113,58 @@ def check(
     else:
         print_table(out, target, results, diagnosis)
     sys.exit(1 if any(r.status in ("fail", "error") for r in results) else 0)
+
+
+@click.command("profile")
+@click.argument("target")
+@click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on standard output.")
+@click.option(
+    "--write",
+    "write_path",
+    type=click.Path(dir_okay=False),
+    help="Write the measured conventions as the stage protocol's YAML.",
+)
+@click.option("--timeout", type=float, default=PROFILE_TIMEOUT, show_default=True)
+def profile(target: str, kind: str, as_json: bool, write_path: str | None, timeout: float) -> None:
+    """Measure TARGET's conventions (advantage epsilon and std, aggregation, clipping, KL, ...).
+
+    Known bugs are reported as findings (exit 1) and never written as conventions.
+    """
+    try:
+        spec = resolve_target(target, kind)
+        if write_path and spec.kind != "functions":
+            raise TargetError(
+                f"--write needs a .py, module or YAML target, not the {spec.kind} kind"
+            )
+        with Console(stderr=True).status(f"grpo-check profile {target}", spinner="dots"):
+            measured = run_profile(spec, timeout)
+    except (TargetError, ProfileError) as error:
+        click.echo(f"grpo-check: {error}", err=True)
+        sys.exit(2)
+    if write_path:
+        Path(write_path).write_text(yaml_text(spec, measured, Path(write_path)))
+    if as_json:
+        document = {"target": target, "kind": spec.kind, "version": __version__}
+        document |= {"conventions": measured.conventions, "findings": measured.findings}
+        click.echo(json.dumps(document, indent=2))
+    else:
+        print_profile(Console(highlight=False), target, measured, write_path)
+    sys.exit(1 if measured.findings else 0)
+
+
+def print_profile(console: Console, target: str, measured, write_path: str | None) -> None:
+    """The measured conventions (those that differ from TRL's bold), then the findings."""
+    table = Table(title=f"grpo-check profile {target}", title_justify="left")
+    for column in ("convention", "value", "TRL 1.16", "measured from"):
+        table.add_column(column, overflow="fold")
+    for key, how in measured.evidence.items():
+        value = measured.conventions.get(key, "-")
+        differs = key in measured.conventions and DEFAULTS.get(key) != value
+        style = "bold" if differs else ""
+        table.add_row(key, Text(str(value), style=style), str(DEFAULTS.get(key, "-")), how)
+    console.print(table)
+    for finding in measured.findings:
+        console.print(Text(f"finding: {finding}", style="bold red"), soft_wrap=True)
+    if write_path:
+        console.print(f"wrote {write_path}: review it, then run grpo-check {write_path}")

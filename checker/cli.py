@@ -19,8 +19,10 @@ NEXT_STEPS = """\
 grpo-check: no target given. What to do next:
 
   grpo-check trl                      check the GRPOTrainer of the TRL that Python imports here
+  grpo-check verl                     check verl's core_algos (advantage, policy losses, agg_loss, KL)
   grpo-check path/to/my_grpo.py       check a from-scratch trainer's stage functions
   grpo-check my_trainer.yaml          the same, with renamed functions or declared conventions
+  grpo-check profile my_grpo.py       measure its conventions (--write my_trainer.yaml)
   grpo-check demo                     see a buggy trainer localised, and the reference pass
   grpo-check skill install --all      install the grpo skill for your coding agents
   grpo-check tasks list               the debug tasks for evaluating agents
@@ -48,8 +50,9 @@ def main() -> None:
     """Check a GRPO trainer stage by stage against a reference implementation.
 
     \b
-    grpo-check TARGET [--kind auto|functions|trl] [--stage STAGE]... [--json]
+    grpo-check TARGET [--kind auto|functions|trl|verl] [--stage STAGE]... [--json]
                       [--junit-xml PATH] [--seed N] [--timeout SECONDS]
+    grpo-check profile TARGET [--kind ...] [--json] [--write PATH]
     grpo-check skill ...   install, uninstall, validate, list the grpo skill
     grpo-check tasks ...   list, verify, run, export the debug tasks
     """
@@ -73,10 +76,10 @@ def _missing(name: str) -> click.Command:
 
 
 def _register_subcommands() -> None:
-    from checker.check_cli import check
+    from checker.check_cli import check, profile
     from checker.demo import demo
 
-    for command in (check, demo):
+    for command in (check, profile, demo):
         main.add_command(command)
     for entry in entry_points(group="grpo_check.commands"):
         main.add_command(entry.load(), entry.name)

@@ -76,6 +76,52 @@ SCALE_REWARDS = ("group", "batch", "none")
 # log-ratio over its tokens (GSPO, arXiv:2507.18071).
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
+# Conventions that legitimately differ between trainers (verl, OpenRLHF, from-scratch loops). Each
+# is a `config:` key of a candidate's YAML; its default in DEFAULTS is TRL 1.16's behaviour, and
+# the checker compares a candidate with a reference configured the same way.
+# Where the advantage epsilon goes: added to the std (TRL, verl), or inside the square root
+# (r - mean) / sqrt(var + eps).
+ADVANTAGE_EPSILON_PLACEMENTS = ("std", "sqrt")
+# The std estimator of the group statistics: Bessel-corrected (n - 1, `torch.std`, TRL and verl)
+# or population (n, `np.std`); the two differ by exactly sqrt((G - 1) / G).
+STD_ESTIMATORS = ("bessel", "population")
+# NaN rewards (a reward function that returned None): left out of the statistics (TRL 1.6+), a
+# row with no reward counted as 0 (TRL before 1.6), or never produced because failed scores
+# become 0 upstream (verl, most from-scratch trainers).
+NAN_REWARD_POLICIES = ("excluded", "zero", "never")
+# How sequence-mean aggregations count fully masked rows: as rows contributing 0 (TRL divides by
+# B), or not at all (verl's `agg_loss` divides by the number of non-empty rows).
+EMPTY_ROW_POLICIES = ("counted", "excluded")
+# verl's `loss_agg_mode` names. token-mean is TRL's bnpo (dapo on one micro-batch),
+# seq-mean-token-mean is grpo, seq-mean-token-sum-norm is dr_grpo (normaliser
+# `loss_scale_factor`, None meaning T); seq-mean-token-sum and token-sum have no TRL name.
+# OpenRLHF's per-sequence mean is seq-mean-token-mean and its token-level mean token-mean.
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+# KL estimators of log(pi / pi_ref) per token (Schulman, http://joschu.net/blog/kl-approx.html):
+# k1 = logp - ref; k2 (= verl's mse) = (logp - ref)^2 / 2; k3 = exp(ref - logp) - (ref - logp) - 1
+# (TRL); low_var_kl = k3 with ref - logp clamped to [-20, 20] and the value to [-10, 10] (verl);
+# abs = |logp - ref|.
+KL_ESTIMATORS = ("k3", "k1", "k2", "mse", "low_var_kl", "abs")
+# Where the KL penalty goes: a per-token term of the loss (TRL, verl `use_kl_loss`), or a
+# detached penalty on the reward (verl `use_kl_in_reward`, OpenRLHF), which the loss never sees.
+KL_PLACEMENTS = ("loss", "reward")
+# The policy-gradient term: PPO's clipped surrogate with an importance ratio (TRL; cispo and
+# sapo are loss types, GSPO is importance_sampling_level="sequence", verl's dual-clip
+# `clip_ratio_c` is `delta`), or the REINFORCE form -A * logp with no ratio, whose gradient on
+# policy equals the surrogate's while its value does not.
+POLICY_LOSSES = ("clipped", "reinforce")
+# Whether the clip range can be asymmetric (epsilon_high != epsilon_low) or is one epsilon only.
+CLIPPING_FORMS = ("asymmetric", "symmetric")
+# When the training loop clears gradients: before backward (TRL, via the HF Trainer), or after
+# optimizer.step() (many from-scratch loops; equivalent when the loop starts from .grad = None).
+ZERO_GRAD_PLACEMENTS = ("before_backward", "after_step")
+
 # Keyword defaults of the protocol's functions. A candidate that implements other values
 # declares them (`config:` in its YAML) and is compared with a reference configured the same way.
 DEFAULTS: dict[str, object] = {
@@ -106,4 +152,37 @@ DEFAULTS: dict[str, object] = {
     "mask_truncated_completions": False,
     # Sampling temperature; scoring divides the logits by the same value.
     "temperature": 1.0,
+    # -- conventions (see the tuples above); each default is TRL 1.16's behaviour --
+    # Added to the std before dividing (gt:L2795); verl uses 1e-6, small loops 1e-8.
+    "advantage_epsilon": 1e-4,
+    "advantage_epsilon_placement": "std",
+    "std_estimator": "bessel",
+    "nan_rewards": "excluded",
+    "empty_rows": "counted",
+    # None: the aggregation follows loss_type; a verl name overrides it.
+    "loss_agg_mode": None,
+    # seq-mean-token-sum-norm's divisor; None means the completion length T.
+    "loss_scale_factor": None,
+    "kl_estimator": "k3",
+    "kl_placement": "loss",
+    "policy_loss": "clipped",
+    "clipping": "asymmetric",
+    "zero_grad": "before_backward",
+}
+
+# The allowed values of each convention that takes one of a fixed set.
+CONVENTION_VALUES: dict[str, tuple] = {
+    "loss_type": LOSS_TYPES,
+    "scale_rewards": SCALE_REWARDS,
+    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
+    "advantage_epsilon_placement": ADVANTAGE_EPSILON_PLACEMENTS,
+    "std_estimator": STD_ESTIMATORS,
+    "nan_rewards": NAN_REWARD_POLICIES,
+    "empty_rows": EMPTY_ROW_POLICIES,
+    "loss_agg_mode": (None, *LOSS_AGG_MODES),
+    "kl_estimator": KL_ESTIMATORS,
+    "kl_placement": KL_PLACEMENTS,
+    "policy_loss": POLICY_LOSSES,
+    "clipping": CLIPPING_FORMS,
+    "zero_grad": ZERO_GRAD_PLACEMENTS,
 }

@@ -275,6 +275,12 @@ def test_conventions_are_trl_1_16_defaults():
         "sapo_temperature_neg": 1.05,
         "mask_truncated_completions": False,
         "temperature": 1.0,
+        # semantics named by release (checker/adapters/trl_conventions.py): 1.16 excludes
+        # all-None rows (since 1.6), clamps dapo's normaliser (since 1.9.2) and ends a
+        # completion at every EOS id of the list (since 1.15)
+        "nan_rewards": "excluded",
+        "empty_batch_normaliser": "clamped",
+        "eos_token_ids": "all",
     }
 
 

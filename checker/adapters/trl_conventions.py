@@ -9,7 +9,7 @@ still compared with its release:
 
 | name | protocol | before |
 | --- | --- | --- |
-| `nan_reward_policy` | "exclude": a row whose reward functions all returned None stays NaN and is left out of the group statistics | 1.6.0: "zero", the row's reward is 0 and counts |
+| `nan_rewards` | "excluded": a row whose reward functions all returned None stays NaN and is left out of the group statistics | 1.6.0: "zero", the row's reward is 0 and counts |
 | `empty_batch_normaliser` | "clamped": dapo / cispo divide by max(num_items_in_batch, 1) | 1.9.2: "unclamped", a batch with no completion token gives 0 / 0 |
 | `eos_token_ids` | "all": every id of the list ends a completion | 1.14.2: "first", the tokenizer's one EOS id |
 """
@@ -55,7 +55,7 @@ def conventions(config_cls: type) -> dict[str, Any]:
         "sapo_temperature_neg": defaults.get("sapo_temperature_neg", 1.05),
         "mask_truncated_completions": defaults["mask_truncated_completions"],
         "temperature": defaults["temperature"],
-        "nan_reward_policy": "exclude" if RELEASE >= (1, 6) else "zero",
+        "nan_rewards": "excluded" if RELEASE >= (1, 6) else "zero",
         "empty_batch_normaliser": "clamped" if RELEASE >= (1, 9, 2) else "unclamped",
         "eos_token_ids": "all" if EOS_ID_LIST else "first",
     }

@@ -2,7 +2,9 @@
 
 Rule (TRL 1.16 gt:L2777-2810): A = (r - nanmean(group)) / (nanstd(group) + 1e-4)
 with the Bessel (n - 1) std over non-NaN values, groups = contiguous blocks of G rows; "batch" uses
-the std of all N rewards, "none" skips the division; NaN results become 0.
+the std of all N rewards, "none" skips the division; NaN results become 0. A candidate that
+declares another epsilon (value, or placement inside the square root), the population std, or no
+NaN rewards is compared with that formula instead (checker.conventions).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import math
 
 import torch
 
+from checker import conventions
 from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, assert_close, fmt
-from reference_impl.protocol import SCALE_REWARDS
+from checker.checks.rewards import NAN_REWARDS_MEAN
+from reference_impl.protocol import DEFAULTS, SCALE_REWARDS
 
 NAN = math.nan
 # fp32 means of non-dyadic constant groups leave a residue: TRL 1.16 gives |A| up to 6e-4 for a
@@ -27,50 +31,65 @@ def _advantages(ctx: Context, rewards: torch.Tensor, G: int, mode: str | None = 
     return out.detach().float()
 
 
-def _std(grouped: torch.Tensor, correction: int, dim: int | None = 1) -> torch.Tensor:
-    mean = torch.nanmean(grouped, dim=dim, keepdim=True)
-    count = (~torch.isnan(grouped)).sum(dim=dim, keepdim=True)
-    return torch.sqrt(
-        torch.nansum((grouped - mean) ** 2, dim=dim, keepdim=True) / (count - correction)
-    )
-
-
-def wrong_advantages(rewards: torch.Tensor, G: int, mode: str) -> dict[str, torch.Tensor]:
-    """What common wrong implementations return (batch-wide statistics, population std, epsilon misplaced, ...), for naming the cause."""
+def wrong_advantages(
+    rewards: torch.Tensor, G: int, mode: str, config: dict
+) -> dict[str, torch.Tensor]:
+    """What common wrong implementations return (batch-wide statistics, the other std, epsilon
+    misplaced, ...), for naming the cause; relative to the candidate's declared conventions."""
+    estimator = config["std_estimator"]
+    other = "population" if estimator == "bessel" else "bessel"
+    names = {"bessel": "Bessel (n - 1)", "population": "population (n)"}
     grouped = rewards.view(-1, G)
     centred = (grouped - torch.nanmean(grouped, 1, keepdim=True)).view(-1)
-    scale_std = _std(grouped, 1) if mode == "group" else _std(rewards.view(1, -1), 1)
-    scale_std = scale_std.expand_as(grouped).reshape(-1) if mode == "group" else scale_std.view(())
-    population = _std(grouped, 0).expand_as(grouped).reshape(-1)
+    scope = grouped if mode == "group" else rewards.view(1, -1)
+    std = conventions.group_std(scope, estimator)
+    std = std.expand_as(grouped).reshape(-1) if mode == "group" else std.view(())
+    other_std = conventions.group_std(scope, other)
+    other_std = other_std.expand_as(grouped).reshape(-1) if mode == "group" else other_std.view(())
+    epsilon = float(config["advantage_epsilon"])
     batch_mean = rewards - torch.nanmean(rewards)
     interleaved = rewards.view(G, -1).T.reshape(-1)
-    inter_grouped = interleaved.view(-1, G)
-    inter_adv = (inter_grouped - inter_grouped.mean(1, keepdim=True)) / (
-        _std(inter_grouped, 1) + 1e-4
-    )
+    inter_adv = conventions.advantages(interleaved, G, config, "group")
     inter_back = inter_adv.reshape(-1, G).T.reshape(-1)  # undo the interleaving
     variants = {
-        "the epsilon added to the std looks like 1e4, not 1e-4": centred / (scale_std + 1e4),
-        "the epsilon is inside the square root (sqrt(var + eps)), not added to the std": centred
-        / torch.sqrt(scale_std**2 + 1e-4),
-        "the epsilon looks like 1e-8, not 1e-4": centred / (scale_std + 1e-8),
-        "the std is the population (n) std, not the Bessel (n - 1) one that TRL uses": centred
-        / (population + 1e-4),
-        "the baseline is the batch-wide mean, not the per-group mean": batch_mean
-        / (scale_std + 1e-4),
+        f"the std is the {names[other]} std, not the {names[estimator]} one"
+        + (" that TRL uses" if estimator == "bessel" else " declared"): centred
+        / (other_std + epsilon),
+        "the baseline is the batch-wide mean, not the per-group mean": batch_mean / (std + epsilon),
         "the rewards are not divided by the std (scale_rewards looks like 'none')": centred,
         "groups look interleaved ([p1, p2, p1, p2]), not contiguous blocks of G rows": inter_back,
     }
     if mode == "group":
+        batch_std = conventions.group_std(rewards.view(1, -1), estimator).view(())
         variants["the std is over the whole batch: scale_rewards looks like 'batch'"] = centred / (
-            _std(rewards.view(1, -1), 1).view(()) + 1e-4
+            batch_std + epsilon
         )
     if mode == "none":
         variants = {k: v for k, v in variants.items() if "not divided" not in k}
+        group_scaled = conventions.advantages(rewards, G, config, "group")
         variants["the rewards are divided by the group std: scale_rewards looks like 'group'"] = (
-            centred / (_std(grouped, 1).expand_as(grouped).reshape(-1) + 1e-4)
+            group_scaled
         )
     return {k: torch.nan_to_num(v, nan=0.0) for k, v in variants.items()}
+
+
+def epsilon_cause(rewards: torch.Tensor, G: int, seen: torch.Tensor, config: dict) -> str:
+    """Name the epsilon the candidate uses when it is not the declared one: '1e-6 added to the std'."""
+    fitted = conventions.fit_epsilon(rewards, G, seen, config["std_estimator"])
+    if fitted is None:
+        return ""
+    placement, epsilon = fitted
+    declared = (config["advantage_epsilon_placement"], float(config["advantage_epsilon"]))
+    if placement == declared[0] and abs(epsilon - declared[1]) <= 0.05 * declared[1] + 1e-7:
+        return ""
+    seen_words = conventions.epsilon_words(placement, epsilon)
+    cause = f"the advantage epsilon is {seen_words}, not {conventions.epsilon_words(*declared)}"
+    if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
+        return f"{cause}: a bug (it flattens every advantage)"
+    return (
+        f"{cause}; if intended, declare advantage_epsilon: {conventions.short(epsilon)}"
+        f" and advantage_epsilon_placement: {placement}"
+    )
 
 
 def _matches_reference(ctx: Context, mode: str, pass_mode: bool) -> None:
@@ -84,27 +103,35 @@ def _matches_reference(ctx: Context, mode: str, pass_mode: bool) -> None:
         atol=1e-5,
         rtol=1e-5,
         what=f"advantages (scale_rewards={mode!r})",
-        causes=wrong_advantages(rewards, G, mode),
+        causes=wrong_advantages(rewards, G, mode, ctx.config),
+        fallback_cause=epsilon_cause(rewards, G, seen, ctx.config) if mode != "none" else "",
     )
 
 
 @check("advantages", "compute_advantages")
 def matches_reference(ctx: Context) -> None:
-    """Advantages equal (r - group mean) / (group Bessel std + 1e-4) at the candidate's own scale_rewards."""
+    """Advantages equal (r - group mean) / (group std + epsilon) at the candidate's own scale_rewards, std estimator and epsilon."""
     _matches_reference(ctx, ctx.config["scale_rewards"], pass_mode=False)
 
 
 @check("advantages", "compute_advantages")
 def matches_reference_other_scalings(ctx: Context) -> None:
     """Every other scale_rewards value ("group", "batch", "none") matches its formula too."""
+    ran = []
     for mode in SCALE_REWARDS:
         if mode != ctx.config["scale_rewards"]:
-            _matches_reference(ctx, mode, pass_mode=True)
+            try:
+                _matches_reference(ctx, mode, pass_mode=True)
+            except Skip:
+                continue
+            ran.append(mode)
+    if not ran:
+        raise Skip("compute_advantages takes no other scale_rewards")
 
 
 @check("advantages", "compute_advantages")
 def two_completions_use_bessel_std(ctx: Context) -> None:
-    """With G = 2, rewards [0, 1] give +-0.7071 (Bessel std), and low-variance pairs keep their sign and size."""
+    """With G = 2, rewards [0, 1] give +-0.7071 (Bessel std; +-1 population), and low-variance pairs keep their sign and size."""
     rewards = torch.tensor([0.0, 1.0, 1.0, 1.00001, 2.0, 2.00001])
     seen = _advantages(ctx, rewards, 2)
     expected = ctx.ref_advantages(rewards, 2)
@@ -114,7 +141,8 @@ def two_completions_use_bessel_std(ctx: Context) -> None:
         atol=1e-5,
         rtol=1e-5,
         what="advantages for G = 2",
-        causes=wrong_advantages(rewards, 2, ctx.config["scale_rewards"]),
+        causes=wrong_advantages(rewards, 2, ctx.config["scale_rewards"], ctx.config),
+        fallback_cause=epsilon_cause(rewards[:2], 2, seen[:2], ctx.config),
     )
 
 
@@ -160,18 +188,25 @@ def constant_group_is_zero(ctx: Context) -> None:
     seen = _advantages(ctx, rewards, 8)
     worst = float(seen.abs().max()) if not torch.isnan(seen).any() else math.nan
     if not worst <= CONSTANT_GROUP_TOLERANCE:
+        cause = "zero-variance groups are not centred (baseline not the group mean) or NaN from 0/0"
+        epsilon = float(ctx.config["advantage_epsilon"])
+        if math.isfinite(worst) and epsilon < DEFAULTS["advantage_epsilon"]:
+            cause = (
+                f"fp32 rounding noise in a constant group's mean is divided by std + "
+                f"{conventions.short(epsilon)}: the small epsilon turns it into large advantages"
+                f" (TRL's 1e-4 keeps them below {CONSTANT_GROUP_TOLERANCE}); a real finding"
+            )
         raise CheckFailure(
-            f"|A| <= {CONSTANT_GROUP_TOLERANCE} for constant groups",
-            f"max |A| {fmt(worst)}",
-            "zero-variance groups are not centred (baseline not the group mean) or NaN from 0/0",
+            f"|A| <= {CONSTANT_GROUP_TOLERANCE} for constant groups", f"max |A| {fmt(worst)}", cause
         )
 
 
 @check("advantages", "compute_advantages")
 def nan_rewards_are_excluded(ctx: Context) -> None:
     """A NaN reward is left out of its group's mean and std and gets advantage 0; all-NaN groups give 0."""
-    if ctx.config.get("nan_reward_policy", "exclude") != "exclude":
-        raise Skip(f"declared NaN-reward policy {ctx.config['nan_reward_policy']!r}, not exclude")
+    ctx.skip_unless(
+        "nan_rewards", "excluded", why=NAN_REWARDS_MEAN.get(ctx.config["nan_rewards"], "")
+    )
     rewards = torch.tensor([NAN, 0.0, 1.0, 1.0, NAN, NAN, NAN, NAN, 0.5, NAN, 0.0, 1.0])
     seen = _advantages(ctx, rewards, 4)
     expected = ctx.ref_advantages(rewards, 4)
@@ -198,12 +233,14 @@ def nan_rewards_are_excluded(ctx: Context) -> None:
 
 @check("advantages", "compute_advantages")
 def bounded_by_sqrt_group_size(ctx: Context) -> None:
-    """Group-scaled advantages are bounded: |A| <= (G - 1) / sqrt(G) < sqrt(G) (one outlier in a group)."""
+    """Group-scaled advantages are bounded: |A| <= (G - 1) / sqrt(G) < sqrt(G) (one outlier in a group; sqrt(G - 1) with the population std)."""
     mode = "group" if ctx.config["scale_rewards"] != "group" else None
     G = 8
     rewards = torch.tensor([1.0] + [0.0] * 7 + [5.0] * 7 + [-3.0])
     seen = _advantages(ctx, rewards, G, mode)
     bound = (G - 1) / math.sqrt(G)
+    if ctx.config["std_estimator"] == "population":
+        bound = math.sqrt(G - 1)
     worst = float(seen.abs().max())
     if not worst <= bound + 1e-4:
         raise CheckFailure(

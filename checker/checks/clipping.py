@@ -5,7 +5,8 @@ gives zero gradient exactly where A > 0 and r > 1 + eps_high, or A < 0 and r < 1
 caps the unclipped r (zero gradient where A < 0 and r > delta); cispo weights the policy gradient by
 sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by the sign of A.
 These checks look only at WHICH tokens get zero gradient, or at gradient ratios, so the loss
-normaliser cancels; they rely on the ratio being right (depends_on ratio).
+normaliser cancels; they rely on the ratio being right (depends_on ratio). A candidate declaring
+`clipping: symmetric` is probed at its own epsilon; `policy_loss: reinforce` has nothing to clip.
 """
 
 from __future__ import annotations
@@ -48,9 +49,24 @@ def _where(pattern: torch.Tensor) -> str:
     return "[" + " ".join(cells[:8]) + (" ..." if len(cells) > 8 else "") + "]"
 
 
+def _band(ctx: Context) -> tuple[float, float, dict]:
+    """The clip band to probe: (0.2, 0.28), or the candidate's own symmetric epsilon when it
+    declares `clipping: symmetric` (most from-scratch trainers take one epsilon only)."""
+    if ctx.config["clipping"] == "symmetric":
+        eps = float(ctx.config["epsilon_low"])
+        return eps, eps, {}
+    return EPS_LOW, EPS_HIGH, {"epsilon_low": EPS_LOW, "epsilon_high": EPS_HIGH}
+
+
+def _skip_reinforce(ctx: Context) -> None:
+    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio to clip")
+
+
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def zero_gradient_outside_band(ctx: Context) -> None:
-    """Token level, eps_low 0.2, eps_high 0.28: zero gradient iff (A > 0, r > 1.28) or (A < 0, r < 0.8)."""
+    """Token level, eps_low 0.2, eps_high 0.28 (or the declared symmetric epsilon): zero gradient iff (A > 0, r > 1 + eps_high) or (A < 0, r < 1 - eps_low)."""
+    _skip_reinforce(ctx)
+    eps_low, eps_high, band = _band(ctx)
     logps, old, mask, advantages = _off_policy(ctx, RATIOS, [1.0, -1.0])
     _, grad = loss_and_grad(
         ctx,
@@ -60,52 +76,44 @@ def zero_gradient_outside_band(ctx: Context) -> None:
         old_per_token_logps=old,
         loss_type=ctx.clipped_loss_type(),
         importance_sampling_level="token",
-        epsilon_low=EPS_LOW,
-        epsilon_high=EPS_HIGH,
         delta=None,
+        **band,
     )
     r = torch.tensor(RATIOS).expand(2, -1)
     positive = torch.tensor([True, False]).unsqueeze(1).expand_as(r)
     negative = ~positive
 
-    def pattern(high_pos, low_neg, low_pos=None, high_neg=None):
-        zero = (positive & (r > high_pos)) | (negative & (r < low_neg))
-        if low_pos is not None:
-            zero = zero | (positive & (r < low_pos))
-        if high_neg is not None:
-            zero = zero | (negative & (r > high_neg))
-        return zero
+    def pattern(high_pos, low_neg):
+        return (positive & (r > high_pos)) | (negative & (r < low_neg))
 
-    expected = pattern(1 + EPS_HIGH, 1 - EPS_LOW)
-    seen = grad == 0
-    _zero_pattern_failure(
-        seen,
-        expected,
-        {
+    expected = pattern(1 + eps_high, 1 - eps_low)
+    causes = {
+        "no clipping at all: the unclipped term is used everywhere": torch.zeros_like(expected),
+        "max instead of min in -min(r A, clip(r) A)": (positive & (r < 1 - eps_low))
+        | (negative & (r > 1 + eps_high)),
+        "the clip bounds are swapped (clamp(r, 1 + eps_high, 1 - eps_low))": (
+            positive & (r > 1 - eps_low)
+        )
+        | (negative & (r < 1 - eps_low)),
+        "clipping applies to both signs of A (|r - 1| > eps zeroes every token)": (r > 1 + eps_high)
+        | (r < 1 - eps_low),
+    }
+    if eps_high != eps_low:
+        causes = {
             "epsilon_high is ignored: the upper bound is 1 + epsilon_low": pattern(
-                1 + EPS_LOW, 1 - EPS_LOW
+                1 + eps_low, 1 - eps_low
             ),
-            "no clipping at all: the unclipped term is used everywhere": torch.zeros_like(expected),
-            "max instead of min in -min(r A, clip(r) A)": (positive & (r < 1 - EPS_LOW))
-            | (negative & (r > 1 + EPS_HIGH)),
-            "the clip bounds are swapped (clamp(r, 1 + eps_high, 1 - eps_low))": (
-                positive & (r > 1 - EPS_LOW)
-            )
-            | (negative & (r < 1 - EPS_LOW)),
             "the clip bounds use the wrong sides (1 - eps_high, 1 + eps_low)": pattern(
-                1 + EPS_LOW, 1 - EPS_HIGH
+                1 + eps_low, 1 - eps_high
             ),
-            "clipping applies to both signs of A (|r - 1| > eps zeroes every token)": (
-                r > 1 + EPS_HIGH
-            )
-            | (r < 1 - EPS_LOW),
-        },
-    )
+        } | causes
+    _zero_pattern_failure(grad == 0, expected, causes)
 
 
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def delta_caps_unclipped_ratio(ctx: Context) -> None:
     """With delta = 1.6 (two-sided clipping), A < 0 tokens with r > delta get zero gradient, those with 1.2 < r < delta do not."""
+    _skip_reinforce(ctx)
     ratios = [0.5, 0.9, 1.3, 1.5, 2.0, 3.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     _, grad = loss_and_grad(
@@ -148,6 +156,7 @@ def _pairs(pattern: torch.Tensor, ratios: list[float]) -> str:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def sequence_level_clips_whole_rows(ctx: Context) -> None:
     """Sequence level: a row with r = 1.5 and A > 0, or r = 0.6 and A < 0, gets zero gradient on all its tokens; the opposite signs do not."""
+    _skip_reinforce(ctx)
     rows = [(1.5, 1.0), (1.5, -1.0), (0.6, -1.0), (0.6, 1.0)]
     logps = random_logps(ctx.gen, 4, 5)
     old = logps - torch.tensor([math.log(r) for r, _ in rows]).unsqueeze(1)
@@ -178,6 +187,7 @@ def sequence_level_clips_whole_rows(ctx: Context) -> None:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
     """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (the cap is eps_high itself, not 1 + eps_high)."""
+    _skip_reinforce(ctx)
     ratios = [0.5, 1.5, 4.0, 5.5, 8.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     options = {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}
@@ -209,6 +219,7 @@ def _sigmoid_slope(x: torch.Tensor) -> torch.Tensor:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def sapo_soft_gate(ctx: Context) -> None:
     """sapo: (off-policy / on-policy gradient) = 4 sigma'(tau (r - 1)) r, tau = 1.0 where A > 0 and 1.05 where A < 0."""
+    _skip_reinforce(ctx)
     ratios = [0.6, 0.9, 1.2, 1.6, 2.5]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     options = {

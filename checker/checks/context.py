@@ -17,6 +17,7 @@ import math
 import torch
 
 import reference_impl
+from checker import conventions
 from checker.candidate import Candidate
 from checker.checks import CandidateError, CheckFailure, Skip
 from reference_impl.protocol import CLIPPED_LOSS_TYPES, DEFAULTS
@@ -100,12 +101,20 @@ class Context:
         """Drop keywords at the candidate's own convention; Skip if a needed one is not accepted."""
         passed = {}
         for key, value in kwargs.items():
-            if key in DEFAULTS and _same(value, self.config.get(key)):
+            if key == "epsilon_high" and value is None:  # None means epsilon_low
+                value = kwargs.get("epsilon_low", self.config["epsilon_low"])
+            if key in DEFAULTS and _same(value, self._own(key)):
                 continue
             if not _accepts(fn, key) or not self._supports(name, key, value):
                 raise Skip(f"{name} does not take {_kv({key: value})}")
             passed[key] = value
         return passed
+
+    def _own(self, key: str):
+        """The candidate's own value of a keyword; epsilon_high None means epsilon_low."""
+        if key == "epsilon_high" and self.config["epsilon_high"] is None:
+            return self.config["epsilon_low"]
+        return self.config.get(key)
 
     def _supports(self, name: str, key: str, value) -> bool:
         supported = self.candidate.supported
@@ -116,8 +125,20 @@ class Context:
     # -- the reference, configured like the candidate --------------------------------------------
 
     def ref_advantages(self, rewards, num_generations, **kwargs) -> torch.Tensor:
+        """TRL's advantages, or those of the candidate's declared epsilon and std estimator."""
         options = {"scale_rewards": self.config["scale_rewards"]} | kwargs
-        return reference_impl.compute_advantages(rewards, num_generations, **options)
+        if conventions.is_trl_advantage(self.config):
+            return reference_impl.compute_advantages(rewards, num_generations, **options)
+        return conventions.advantages(rewards, num_generations, self.config, **options)
+
+    def declared(self, key: str) -> bool:
+        """True when the candidate declares a value of `key` other than TRL's default."""
+        return self.config[key] != DEFAULTS[key]
+
+    def skip_unless(self, key: str, *values, why: str) -> None:
+        """Skip the check when the candidate's `key` convention is not one of `values`."""
+        if self.config[key] not in values:
+            raise Skip(f"{key}: {self.config[key]} ({why})")
 
     def clipped_loss_type(self) -> str:
         """A loss type of the clipped family: the candidate's own if it is one, else dapo."""

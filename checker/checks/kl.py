@@ -4,7 +4,9 @@ Rule (TRL 1.16 gt:L3101-3105): with d = ref - logp, k3 = exp(d) - d - 1 >= 0,
 0 with zero gradient when logp = ref (the reverse KL(pi_theta || pi_ref)); in the loss
 `+ beta * k3` per token before aggregation, times the UNCLIPPED ratio r when
 `use_bias_correction_kl`. Inside the loss it is probed with A = 0 (the policy term vanishes) and a
-constant d on every token, divided by the loss of A = -1 (the normaliser cancels).
+constant d on every token, divided by the loss of A = -1 (the normaliser cancels). A candidate
+declaring another `kl_estimator` (k1, k2/mse, low_var_kl, abs: verl's `kl_penalty`) is compared with
+that estimator's value and gradient; `kl_placement: reward` has no KL term in the loss to check.
 """
 
 from __future__ import annotations
@@ -13,17 +15,26 @@ import math
 
 import torch
 
-import reference_impl
+from checker import conventions
 from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import batch, loss_and_grad
 from checker.checks.context import Context, assert_close, fmt
+from reference_impl.protocol import KL_ESTIMATORS
 
 BETA = 0.1
 
 
 def _k3(d: torch.Tensor | float) -> torch.Tensor:
-    d = torch.as_tensor(d, dtype=torch.float64)
-    return d.exp() - d - 1
+    return conventions.kl_value(d, "k3")
+
+
+def _estimate(ctx: Context, d: torch.Tensor | float) -> torch.Tensor:
+    """The declared estimator's value at d = ref - logp."""
+    return conventions.kl_value(d, ctx.config["kl_estimator"])
+
+
+def _skip_unless_in_loss(ctx: Context) -> None:
+    ctx.skip_unless("kl_placement", "loss", why="the KL penalty is on the reward, not in the loss")
 
 
 def _kl(ctx: Context, logps: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -32,50 +43,84 @@ def _kl(ctx: Context, logps: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 @check("kl", "per_token_kl")
 def per_token_kl_matches_reference(ctx: Context) -> None:
-    """per_token_kl is Schulman's k3 of KL(pi_theta || pi_ref): exp(ref - logp) - (ref - logp) - 1."""
+    """per_token_kl is Schulman's k3 of KL(pi_theta || pi_ref): exp(ref - logp) - (ref - logp) - 1 (or the declared estimator)."""
     logps = -ctx.rand(4, 6) * 3
     ref = -ctx.rand(4, 6) * 3
     seen = _kl(ctx, logps, ref).detach().double()
     d = (ref - logps).double()
-    assert_close(
-        seen,
-        _k3(d),
-        atol=1e-6,
-        rtol=1e-5,
-        what="k3 values",
-        causes={
-            "the KL direction is swapped: d = logp - ref, not ref - logp": _k3(-d),
-            "the KL sign is flipped (KL would be maximised)": -_k3(d),
-            "this is the k1 estimator logp - ref, not k3": -d,
-            "this is the k2 estimator (logp - ref)^2 / 2, not k3": d**2 / 2,
-        },
-    )
+    own = ctx.config["kl_estimator"]
+    causes = {
+        "the KL direction is swapped: d = logp - ref, not ref - logp": _estimate(ctx, -d),
+        "the KL sign is flipped (KL would be maximised)": -_estimate(ctx, d),
+    }
+    for other, formula in (("k1", "logp - ref"), ("k2", "(logp - ref)^2 / 2"), ("k3", "k3")):
+        if other != own and {other, own} != {"k2", "mse"} and {other, own} != {"k3", "low_var_kl"}:
+            causes[f"this is the {other} estimator {formula}, not {own}"] = conventions.kl_value(
+                d, other
+            )
+    assert_close(seen, _estimate(ctx, d), atol=1e-6, rtol=1e-5, what=f"{own} values", causes=causes)
+
+
+@check("kl", "per_token_kl")
+def other_estimators_match_formulas(ctx: Context) -> None:
+    """Every other kl_estimator the candidate takes (verl's k1, k2/mse, k3/low_var_kl, abs) equals its formula."""
+    logps = -ctx.rand(4, 6) * 3
+    ref = -ctx.rand(4, 6) * 3
+    d = (ref - logps).double()
+    ran = 0
+    for estimator in KL_ESTIMATORS:
+        if estimator == ctx.config["kl_estimator"]:
+            continue
+        try:
+            seen = ctx.call("per_token_kl", logps, ref, shape=logps.shape, kl_estimator=estimator)
+        except Skip:
+            continue
+        expected = conventions.kl_value(d, estimator)
+        assert_close(
+            seen.detach().double(),
+            expected,
+            atol=1e-6,
+            rtol=1e-5,
+            what=f"{estimator} values",
+            causes={
+                "the KL direction is swapped: d = logp - ref": conventions.kl_value(-d, estimator)
+            },
+        )
+        ran += 1
+    if not ran:
+        raise Skip("per_token_kl takes no kl_estimator")
 
 
 @check("kl", "per_token_kl")
 def per_token_kl_zero_at_reference(ctx: Context) -> None:
-    """KL(p, p) = 0 with zero gradient, and k3 >= 0 everywhere."""
+    """KL(p, p) = 0 with zero gradient, and k3 >= 0 everywhere (k1 is signed and has gradient 1)."""
+    signed = ctx.config["kl_estimator"] == "k1"
     logps = (-ctx.rand(3, 5) * 3).requires_grad_(True)
     same = _kl(ctx, logps, logps.detach().clone())
     grad = (
         torch.autograd.grad(same.sum(), logps, allow_unused=True)[0] if same.requires_grad else None
     )
+    if signed:
+        grad = None  # d(logp - ref)/dlogp = 1 at pi = pi_ref: k1's gradient never vanishes
     if same.detach().abs().max() > 1e-6 or (grad is not None and grad.abs().max() > 1e-6):
         raise CheckFailure(
             "k3(p, p) = 0 with zero gradient",
             f"values {fmt(same)}, gradient {fmt(grad) if grad is not None else 'none'}",
-            "this is not the k3 estimator (k3 and its gradient vanish at pi = pi_ref)",
+            f"this is not the {ctx.config['kl_estimator']} estimator (it and its gradient vanish at pi = pi_ref)",
         )
     other = _kl(ctx, logps.detach(), -ctx.rand(3, 5) * 3).detach()
-    if (other < -1e-7).any():
+    if not signed and (other < -1e-7).any():
         raise CheckFailure("k3 >= 0", f"min {fmt(float(other.min()))}", "the KL sign is flipped")
 
 
 def _normaliser(ctx: Context, logps, mask, loss_type) -> torch.Tensor:
-    """The loss of A = -1 on policy with beta = 0: the sum of the aggregation weights."""
-    value, _ = loss_and_grad(
+    """The sum of the aggregation weights: the loss of A = -1 on policy with beta = 0, or, for the
+    REINFORCE form (whose value is A-weighted log-probs), the sum of that loss's gradient."""
+    value, grad = loss_and_grad(
         ctx, logps, -torch.ones(mask.size(0)), mask, loss_type=loss_type, beta=0.0
     )
+    if ctx.config["policy_loss"] == "reinforce":
+        value = (grad * mask).sum()
     if value.abs() < 1e-12:
         raise CheckFailure(
             "a nonzero loss for A = -1",
@@ -87,7 +132,8 @@ def _normaliser(ctx: Context, logps, mask, loss_type) -> torch.Tensor:
 
 @check("kl", "compute_loss", depends_on=("loss_aggregation",))
 def loss_adds_beta_times_k3(ctx: Context) -> None:
-    """With A = 0 and ref - logp = d on every token, loss / (loss of A = -1) = beta * k3(d), for d = +-0.4."""
+    """With A = 0 and ref - logp = d on every token, loss / (loss of A = -1) = beta * k3(d) (or the declared estimator), for d = +-0.4."""
+    _skip_unless_in_loss(ctx)
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)
@@ -102,7 +148,7 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
             beta=BETA,
         )
         seen = (value / norm).reshape(1)
-        expected = BETA * _k3(d).reshape(1)
+        expected = BETA * _estimate(ctx, d).reshape(1)
         assert_close(
             seen,
             expected,
@@ -111,9 +157,9 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
             what=f"loss per unit weight at d = {d}",
             causes={
                 "the KL direction is swapped: d = logp - ref, not ref - logp": BETA
-                * _k3(-d).reshape(1),
-                "the KL term is subtracted: the loss maximises KL": -BETA * _k3(d).reshape(1),
-                "the KL term is not multiplied by beta": _k3(d).reshape(1),
+                * _estimate(ctx, -d).reshape(1),
+                "the KL term is subtracted: the loss maximises KL": -expected,
+                "the KL term is not multiplied by beta": expected / BETA,
                 "the KL term is missing from the loss": torch.zeros(1, dtype=torch.float64),
             },
         )
@@ -121,7 +167,8 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
 
 @check("kl", "compute_loss", depends_on=("ratio",))
 def loss_kl_gradient(ctx: Context) -> None:
-    """On policy, A = 0, constant d: dL/dlogp / (dL/dlogp of A = -1) = beta (1 - e^d + k3(d) [bias correction])."""
+    """On policy, A = 0, constant d: dL/dlogp / (dL/dlogp of A = -1) = beta (1 - e^d + k3(d) [bias correction]) (the declared estimator's derivative)."""
+    _skip_unless_in_loss(ctx)
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     _, weights = loss_and_grad(ctx, logps, -torch.ones(mask.size(0)), mask, loss_type=loss_type)
@@ -149,8 +196,9 @@ def loss_kl_gradient(ctx: Context) -> None:
                 raise
             continue
         seen = grad[keep] / weights[keep]
-        plain = BETA * (1 - math.exp(d))
-        corrected = plain + BETA * float(_k3(d))
+        estimator = ctx.config["kl_estimator"]
+        plain = BETA * float(conventions.kl_gradient(d, estimator))
+        corrected = plain + BETA * float(_estimate(ctx, d))
         expected = torch.full_like(seen, corrected if correction else plain)
         other = torch.full_like(seen, plain if correction else corrected)
         flag = "True" if correction else "False"
@@ -173,6 +221,8 @@ def loss_kl_gradient(ctx: Context) -> None:
 @check("kl", "compute_loss", depends_on=("ratio",))
 def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
     """With use_bias_correction_kl and r = 1.5 or 0.6 (outside the band), the KL term is beta * k3 * r with the UNCLIPPED r."""
+    _skip_unless_in_loss(ctx)
+    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio")
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)
@@ -192,7 +242,7 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
             epsilon_high=0.2,
             delta=None,
         )
-        k3 = float(_k3(0.4))
+        k3 = float(_estimate(ctx, 0.4))
         seen = (value / norm).reshape(1)
         clipped = min(max(r, 0.8), 1.2)
         assert_close(
@@ -215,6 +265,12 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
 @check("kl", "compute_loss", depends_on=("ratio",))
 def sgd_step_reduces_kl(ctx: Context) -> None:
     """With A = 0 and beta > 0, one small SGD step on the loss moves every unmasked log-prob towards the reference."""
+    _skip_unless_in_loss(ctx)
+    if ctx.config["kl_estimator"] == "k1":
+        raise Skip(
+            "kl_estimator: k1 (its gradient is 1 on every token: it lowers every log-prob rather"
+            " than pulling towards the reference, arXiv:2506.09477)"
+        )
     logps, mask = batch(ctx)
     ref = logps + (ctx.rand(*logps.shape) - 0.5)
     _, grad = loss_and_grad(
@@ -235,8 +291,8 @@ def sgd_step_reduces_kl(ctx: Context) -> None:
             "the KL term has no gradient (computed under no_grad or detached)",
         )
     stepped = logps.double() - 0.01 * grad / scale
-    before = reference_impl.per_token_kl(logps.double(), ref.double())[keep]
-    after = reference_impl.per_token_kl(stepped, ref.double())[keep]
+    before = _estimate(ctx, ref.double() - logps.double())[keep]
+    after = _estimate(ctx, ref.double() - stepped)[keep]
     worse = after > before
     if worse.any():
         raise CheckFailure(

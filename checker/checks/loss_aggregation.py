@@ -5,13 +5,17 @@ grpo and sapo: mean over rows of each row's masked token mean (count clamped to 
 masked sum / max(mask sum, 1); dr_grpo: masked sum / (B * max_completion_length, None -> T);
 dapo and cispo: masked sum / max(num_items_in_batch, 1), None -> the mask sum.
 Probed on policy with negative advantages, where every clipped-family token loss is exactly -A
-(ratio and clipping bugs vanish in the value), against formulas written out here.
+(ratio and clipping bugs vanish in the value), against formulas written out here. Declared
+conventions change the formula: a verl `loss_agg_mode`, `empty_rows: excluded` (verl's row means
+leave fully masked rows out of the row count), and `policy_loss: reinforce` (-A * logp: its value
+differs from the surrogate's, so the GRADIENT is compared).
 """
 
 from __future__ import annotations
 
 import torch
 
+from checker import conventions
 from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import NEGATIVE_ADVANTAGES, batch, loss_and_grad
 from checker.checks.context import Context, assert_close, fmt
@@ -32,85 +36,111 @@ NAMES = {
 }
 
 
-def aggregate(token_loss, mask, rule: str, max_len=None, num_items=None) -> torch.Tensor:
-    """The hand formulas (written independently of reference_impl)."""
-    m = mask.double()
-    masked = token_loss * m
-    rows, width = m.shape
-    if rule in ("grpo", "sapo"):
-        return (masked.sum(1) / m.sum(1).clamp(min=1)).mean()
-    if rule == "bnpo":
-        return masked.sum() / m.sum().clamp(min=1)
-    if rule == "dr_grpo":
-        return masked.sum() / (rows * (max_len or width))
-    if rule in ("dapo", "cispo"):
-        items = m.sum() if num_items is None else torch.tensor(float(num_items))
-        return masked.sum() / items.clamp(min=1)
-    if rule == "seq-sum":
-        return masked.sum(1).mean()
-    if rule == "sum":
-        return masked.sum()
-    if rule == "unmasked-mean":
-        return token_loss.mean()
-    raise ValueError(rule)
+def aggregate(token_loss, mask, rule: str, max_len=None, num_items=None, empty_rows="counted"):
+    """The hand formulas (checker.conventions, written independently of reference_impl)."""
+    return conventions.aggregate(
+        token_loss, mask, rule, max_len=max_len, num_items=num_items, empty_rows=empty_rows
+    )
 
 
-def _token_loss(loss_type: str, logps: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """Per-token loss on policy (r = 1): -A for the clipped family, -min(1, eps_high) A logp for cispo."""
+def _token_loss(form: str, logps: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """Per-token loss on policy (r = 1): -A * r for the clipped family (r = exp(logp - sg(logp))),
+    -min(1, eps_high) A logp for cispo and the REINFORCE form; differentiable in `logps`."""
     a = advantages.double().unsqueeze(1).expand_as(logps)
-    if loss_type == "cispo":
-        return -a * logps.double()  # eps_high = 5 below, so min(1, eps_high) = 1
-    return -a
+    if form in ("cispo", "reinforce"):
+        return -a * logps  # eps_high = 5 below, so min(1, eps_high) = 1
+    return -a * torch.exp(logps - logps.detach())
 
 
 def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
     logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
     mask = unequal_mask(LENGTHS, WIDTH)
     extra = {"epsilon_high": 5.0} if loss_type == "cispo" else {}
+    rule = conventions.aggregation_rule(ctx.config, None if own else loss_type)
+    empty_rows = ctx.config["empty_rows"]
     cases = [{}]
-    if loss_type == "dr_grpo":
+    if rule == "dr_grpo":
         cases.append({"max_completion_length": MAX_COMPLETION_LENGTH})
-    if loss_type in ("dapo", "cispo"):
+    if rule in ("dapo", "cispo"):
         cases.append({"num_items_in_batch": NUM_ITEMS})
-    token_loss = _token_loss(loss_type, logps, ADVANTAGES)
-    for case in cases:
+    reinforce = ctx.config["policy_loss"] == "reinforce" and loss_type != "cispo"
+    form = "reinforce" if reinforce else loss_type
+    for index, case in enumerate(cases):
         kwargs = dict(case, **extra)
         if not own:
             kwargs["loss_type"] = loss_type
-        value, _ = loss_and_grad(
-            ctx, logps, ADVANTAGES, mask, importance_sampling_level="token", beta=0.0, **kwargs
-        )
-        max_len, num_items = case.get("max_completion_length"), case.get("num_items_in_batch")
-        expected = aggregate(token_loss, mask, loss_type, max_len, num_items)
+        try:
+            value, grad = loss_and_grad(
+                ctx, logps, ADVANTAGES, mask, importance_sampling_level="token", beta=0.0, **kwargs
+            )
+        except Skip:
+            if index == 0:  # the normaliser options are optional; the loss type itself is not
+                raise
+            continue
+        max_len = case.get("max_completion_length", _own_scale(ctx, own))
+        num_items = case.get("num_items_in_batch")
+
+        def formula(rule, max_len=max_len, num_items=num_items, empty_rows=empty_rows):
+            """The value (or, for the REINFORCE form, dL/dlogp) of an aggregation rule."""
+            leaf = logps.detach().double().requires_grad_(True)
+            total = aggregate(
+                _token_loss(form, leaf, ADVANTAGES), mask, rule, max_len, num_items, empty_rows
+            )
+            if not reinforce:
+                return total.detach().reshape(1)
+            return torch.autograd.grad(total, leaf)[0]
+
+        expected = formula(rule)
         causes = {}
-        same_rule = {"cispo": "dapo", "sapo": "grpo"}.get(loss_type, loss_type)
-        for rule in CLIPPED_LOSS_TYPES:
-            if rule != same_rule:
-                cause = f"the loss equals the {NAMES[rule]} value: loss_type looks like {rule}, not {loss_type}"
-                causes[cause] = aggregate(token_loss, mask, rule, max_len, num_items)
-        for rule in ("seq-sum", "sum", "unmasked-mean"):
-            causes[f"the loss is the {NAMES[rule]}"] = aggregate(token_loss, mask, rule)
+        same_rule = {"cispo": "dapo", "sapo": "grpo"}.get(rule, rule)
+        for other in CLIPPED_LOSS_TYPES:
+            if other != same_rule and not (
+                rule == "bnpo" and other == "dapo" and num_items is None
+            ):
+                cause = f"the loss equals the {NAMES[other]} value: loss_type looks like {other}, not {loss_type}"
+                causes[cause] = formula(other)
+        for other in ("seq-sum", "sum", "unmasked-mean"):
+            if other != rule:
+                causes[f"the loss is the {NAMES[other]}"] = formula(other, None, None)
         if num_items is not None:
-            causes["num_items_in_batch is ignored: the normaliser is the local mask sum"] = (
-                aggregate(token_loss, mask, "bnpo")
+            causes["num_items_in_batch is ignored: the normaliser is the local mask sum"] = formula(
+                "bnpo"
             )
-        if max_len is not None:
-            causes["max_completion_length is ignored: the normaliser uses T"] = aggregate(
-                token_loss, mask, "dr_grpo"
+        if case.get("max_completion_length") is not None:
+            causes["max_completion_length is ignored: the normaliser uses T"] = formula(
+                "dr_grpo", None
             )
-        grpo_unclamped = (token_loss * mask).sum(1) / mask.sum(1)
-        causes["a fully masked row divides by 0 (clamp the token count to >= 1)"] = (
-            grpo_unclamped.nanmean()
-        )
+        if rule in conventions.ROW_MEAN_RULES:
+            flipped = "counted" if empty_rows == "excluded" else "excluded"
+            causes[_EMPTY_ROW_CAUSE[flipped]] = formula(rule, empty_rows=flipped)
+        if not reinforce:
+            grpo_unclamped = (-ADVANTAGES.double().unsqueeze(1) * mask).sum(1) / mask.sum(1)
+            causes["a fully masked row divides by 0 (clamp the token count to >= 1)"] = (
+                grpo_unclamped.nanmean().reshape(1)
+            )
         label = ", ".join(f"{k}={v}" for k, v in case.items())
+        name = ctx.config["loss_agg_mode"] if own and ctx.config["loss_agg_mode"] else loss_type
+        what = f"{name} {'gradient (REINFORCE form)' if reinforce else 'loss'}"
         assert_close(
-            value.reshape(1),
-            expected.reshape(1),
-            atol=1e-7,
+            grad if reinforce else value.reshape(1),
+            expected,
+            atol=1e-7 if not reinforce else 1e-8,
             rtol=1e-5,
-            what=f"{loss_type} loss{' (' + label + ')' if label else ''}",
-            causes={k: v.reshape(1) for k, v in causes.items()},
+            what=f"{what}{' (' + label + ')' if label else ''}",
+            causes=causes,
         )
+
+
+_EMPTY_ROW_CAUSE = {
+    "excluded": "the row mean leaves the fully masked row out of the row count (verl's agg_loss"
+    " does; declare empty_rows: excluded if intended)",
+    "counted": "the row mean counts the fully masked row (TRL does), not excluding it as declared",
+}
+
+
+def _own_scale(ctx: Context, own: bool) -> int | None:
+    """seq-mean-token-sum-norm's declared divisor (loss_scale_factor), for the own rule only."""
+    return ctx.config["loss_scale_factor"] if own else None
 
 
 @check("loss_aggregation", "compute_loss")
@@ -126,32 +156,42 @@ def own_loss_type_matches_formula(ctx: Context) -> None:
 
 @check("loss_aggregation", "compute_loss")
 def other_loss_types_match_formula(ctx: Context) -> None:
-    """Every other loss_type (grpo, bnpo, dr_grpo, dapo, cispo) the candidate takes equals its formula."""
-    ran = 0
+    """Every other loss_type (grpo, bnpo, dr_grpo, dapo, cispo) the candidate takes equals its formula; every failing type is reported."""
+    ran, failures = 0, []
     for loss_type in (*CLIPPED_LOSS_TYPES, "cispo"):
-        if loss_type == ctx.config["loss_type"]:
+        if loss_type == ctx.config["loss_type"] and not ctx.config["loss_agg_mode"]:
             continue
         try:
             _check_formula(ctx, loss_type, own=False)
-            ran += 1
         except Skip:
             continue
+        except CheckFailure as failure:
+            failures.append(failure)
+        ran += 1
+    if failures:
+        if len(failures) == 1:
+            raise failures[0]
+        raise CheckFailure(
+            f"{len(failures)} loss types to match their formulas",
+            "; ".join(f.line() for f in failures),
+        )
     if not ran:
         raise Skip("compute_loss takes no other loss_type")
 
 
 @check("loss_aggregation", "compute_loss", depends_on=("ratio",))
 def sapo_gradient_matches_formula(ctx: Context) -> None:
-    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1)."""
+    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded)."""
     logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
     mask = unequal_mask(LENGTHS, WIDTH)
     _, grad = loss_and_grad(
         ctx, logps, ADVANTAGES, mask, loss_type="sapo", importance_sampling_level="token"
     )
     m = mask.double()
-    expected = (
-        -ADVANTAGES.double().unsqueeze(1) * m / m.sum(1, keepdim=True).clamp(min=1) / m.size(0)
-    )
+    rows = m.size(0)
+    if ctx.config["empty_rows"] == "excluded":
+        rows = int((m.sum(1) > 0).sum())
+    expected = -ADVANTAGES.double().unsqueeze(1) * m / m.sum(1, keepdim=True).clamp(min=1) / rows
     other = -ADVANTAGES.double().unsqueeze(1) * m / m.sum().clamp(min=1)
     assert_close(
         grad,

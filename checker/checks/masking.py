@@ -3,6 +3,7 @@
 Rule (TRL 1.16 gt:L1880-1885): 1 up to and including the first token whose id is
 in `eos_token_ids` (every id of the list), 0 after it; a row with no EOS is all 1 (all 0 when
 `mask_truncated_completions`); decided by position, never by comparing ids with the pad id.
+Checks that pass no option compare with the candidate's declared `mask_truncated_completions`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _wrong_masks(ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> dict[str
 def _compare(ctx: Context, ids, eos_ids, what, pad_id=PAD, first_causes=None, **kwargs) -> None:
     """Fail on the first row whose mask differs, showing that row's ids, expected and seen mask."""
     seen = _mask(ctx, ids, eos_ids, **kwargs)
-    expected = reference_impl.completion_mask(ids, eos_ids, **kwargs).float()
+    options = {"mask_truncated_completions": ctx.config["mask_truncated_completions"]} | kwargs
+    expected = reference_impl.completion_mask(ids, eos_ids, **options).float()
     if torch.equal(seen, expected):
         return
     row = int((seen != expected).any(1).nonzero()[0])

@@ -75,6 +75,7 @@ def _token_ratio_probe(ctx: Context, level: str):
 @check("ratio", "compute_loss")
 def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
     """Token level, inside the band: (off-policy gradient) / (on-policy gradient) = exp(logp - old) per token."""
+    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no importance ratio")
     ratio, keep, shift, _ = _token_ratio_probe(ctx, "token")
     expected = shift.exp()[keep]
     assert_close(
@@ -94,6 +95,7 @@ def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
 @check("ratio", "compute_loss")
 def sequence_ratio_is_geometric_mean(ctx: Context) -> None:
     """Sequence level (GSPO): every token of a row gets r = exp(masked mean of logp - old) over the row."""
+    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no importance ratio")
     ratio, keep, shift, mask = _token_ratio_probe(ctx, "sequence")
     count = mask.sum(1, keepdim=True).clamp(min=1)
     row_mean = ((shift * mask).sum(1, keepdim=True) / count).expand_as(shift)

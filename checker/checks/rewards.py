@@ -11,11 +11,16 @@ import math
 import torch
 
 import reference_impl
-from checker.checks import CheckFailure, Skip, check
+from checker.checks import CheckFailure, check
 from checker.checks.context import Context, assert_close, fmt
 
 NAN = math.nan
 WEIGHTS = [1.0, 0.5, 2.0]
+# Why a NaN-reward check does not apply, per declared `nan_rewards` convention.
+NAN_REWARDS_MEAN = {
+    "zero": "a row with no reward counts as reward 0 (TRL before 1.6)",
+    "never": "its reward functions never return None",
+}
 
 
 def _combine(ctx: Context, rewards_per_func: torch.Tensor, weights: list[float]) -> torch.Tensor:
@@ -49,6 +54,7 @@ def weighted_sum_matches_reference(ctx: Context) -> None:
 @check("rewards", "combine_rewards")
 def nan_entry_adds_nothing(ctx: Context) -> None:
     """A NaN reward (a function that returned None) adds nothing; the row's other rewards still count."""
+    ctx.skip_unless("nan_rewards", "excluded", "zero", why=NAN_REWARDS_MEAN["never"])
     rewards = torch.tensor([[1.0, NAN, 0.5], [NAN, 2.0, NAN], [0.25, 1.0, 1.0]])
     seen = _combine(ctx, rewards, WEIGHTS)
     expected = reference_impl.combine_rewards(rewards, WEIGHTS)
@@ -68,8 +74,9 @@ def nan_entry_adds_nothing(ctx: Context) -> None:
 @check("rewards", "combine_rewards")
 def all_nan_row_stays_nan(ctx: Context) -> None:
     """A row whose every reward is NaN is NaN (unscorable), not 0, so it drops out of group statistics."""
-    if ctx.config.get("nan_reward_policy", "exclude") != "exclude":
-        raise Skip(f"declared NaN-reward policy {ctx.config['nan_reward_policy']!r}, not exclude")
+    ctx.skip_unless(
+        "nan_rewards", "excluded", why=NAN_REWARDS_MEAN.get(ctx.config["nan_rewards"], "")
+    )
     rewards = torch.tensor([[NAN, NAN, NAN], [1.0, 0.0, NAN]])
     seen = _combine(ctx, rewards, WEIGHTS)
     if not math.isnan(float(seen[0])):

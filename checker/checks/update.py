@@ -5,6 +5,8 @@ advantage completions relative to negative ones; parameters change; beta = 0 wit
 changes nothing; the result equals the reference's step (zero_grad before backward, clip the grad
 norm, optimizer.step); with num_iterations = 2 the old log-probs stay frozen, so the second pass
 sees ratio != 1. Probed with plain SGD (no momentum, no weight decay) on the tiny model.
+A loop that declares `zero_grad: after_step` starts from `.grad = None`, its own starting state
+(stale gradients would be a test artefact, not its bug), and must leave the gradients cleared.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 
 import reference_impl
-from checker import fixtures
+from checker import conventions, fixtures
 from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, fmt
 from reference_impl.protocol import COMPUTE_STAGES, DEFAULTS
@@ -35,8 +37,9 @@ def _batch(ctx: Context):
 def _step(ctx: Context, fn, policy, completion_batch, rewards, lr=0.05, **kwargs):
     prompt_ids, prompt_mask, completion_ids = completion_batch
     optimizer = torch.optim.SGD(policy.parameters(), lr=lr)
-    for p in policy.parameters():  # stale gradients: a correct step zeroes them before backward
-        p.grad = torch.full_like(p, 0.3)
+    if ctx.config["zero_grad"] == "before_backward":
+        for p in policy.parameters():  # stale gradients: a correct step zeroes them before backward
+            p.grad = torch.full_like(p, 0.3)
     args = (policy, optimizer, prompt_ids, prompt_mask, completion_ids, rewards)
     common = {"num_generations": G, "eos_token_ids": [fixtures.EOS_ID]}
     if fn is None:
@@ -44,13 +47,36 @@ def _step(ctx: Context, fn, policy, completion_batch, rewards, lr=0.05, **kwargs
     return fn(*args, **common, **kwargs)
 
 
+# The TRL loss type whose aggregation equals a verl `loss_agg_mode` on a batch without empty rows.
+AGG_MODE_LOSS_TYPES = {
+    "token-mean": "bnpo",
+    "seq-mean-token-mean": "grpo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+}
+
+
 def _reference_step(ctx: Context, policy, completion_batch, rewards, lr=0.05, **kwargs):
+    """The reference's step, configured like the candidate.
+
+    Advantage conventions (epsilon, std estimator) enter through the rewards: the reference is
+    given the candidate-convention advantages as rewards with scale_rewards "none", which leaves
+    them unchanged (they are already centred per group).
+    """
     options = {k: ctx.config[k] for k in ("loss_type", "epsilon_low", "epsilon_high", "delta")}
     options |= {
         "importance_sampling_level": ctx.config["importance_sampling_level"],
         "use_bias_correction_kl": ctx.config["use_bias_correction_kl"],
         "scale_rewards": ctx.config["scale_rewards"],
     }
+    mode = ctx.config["loss_agg_mode"]
+    if mode:
+        if mode not in AGG_MODE_LOSS_TYPES:
+            raise Skip(f"loss_agg_mode: {mode} has no TRL loss type to step the reference with")
+        options["loss_type"] = AGG_MODE_LOSS_TYPES[mode]
+        options["max_completion_length"] = ctx.config["loss_scale_factor"]
+    if not conventions.is_trl_advantage(ctx.config):
+        rewards = ctx.ref_advantages(rewards, G)
+        options["scale_rewards"] = "none"
     return _step(
         ctx, reference_impl.grpo_step, policy, completion_batch, rewards, lr, **options, **kwargs
     )
@@ -159,6 +185,7 @@ def old_logps_frozen_across_iterations(ctx: Context) -> None:
         or ctx.config["temperature"] != DEFAULTS["temperature"]
     ):
         raise Skip("the reference step runs at beta 0 and temperature 1, not the declared ones")
+    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio across passes")
     policy, expected, recomputed = (fixtures.tiny_model() for _ in range(3))
     data = _batch(ctx)
     lr = 2.0  # large enough that the second pass sees ratios outside the clip band
@@ -176,4 +203,21 @@ def old_logps_frozen_across_iterations(ctx: Context) -> None:
             "the reference's parameters after 2 iterations",
             f"max parameter difference {fmt(diff)} (frozen vs recomputed old differ by {fmt(separation)})",
             cause,
+        )
+
+
+@check("update", "grpo_step", depends_on=COMPUTE_STAGES, heavy=True)
+def gradients_cleared_after_step(ctx: Context) -> None:
+    """A loop declaring zero_grad: after_step leaves every .grad None or zero after grpo_step, so the next step starts clean."""
+    ctx.skip_unless(
+        "zero_grad", "after_step", why="stale gradients are tested by equal_rewards_change_nothing"
+    )
+    policy = fixtures.tiny_model()
+    _step(ctx, None, policy, _batch(ctx), REWARDS)
+    left = [float(p.grad.abs().max()) for p in policy.parameters() if p.grad is not None]
+    if left and max(left) > 0:
+        raise CheckFailure(
+            "every .grad None or zero after the step",
+            f"gradients up to {fmt(max(left))} left",
+            "zero_grad is declared after step but never runs: the next step adds stale gradients",
         )

@@ -1,0 +1,179 @@
+"""Expected values under a candidate's declared conventions, and the epsilon fit used to word causes.
+
+`reference_impl` stays TRL-exact; everything that a legitimate convention changes (the std
+estimator and the advantage epsilon, verl's `loss_agg_mode`s and its row count, the KL estimator)
+is written out here from its own source, so a check compares a candidate with a reference
+configured the same way. The vocabulary and the TRL defaults live in `reference_impl.protocol`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference_impl.protocol import DEFAULTS
+
+# verl's `loss_agg_mode` -> the aggregation rule of the same formula (see LOSS_AGG_MODES).
+AGG_MODE_RULES = {
+    "token-mean": "bnpo",
+    "token-sum": "sum",
+    "seq-mean-token-sum": "seq-sum",
+    "seq-mean-token-mean": "grpo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+}
+# The rules that average over rows, where the empty-row convention changes the divisor.
+ROW_MEAN_RULES = ("grpo", "sapo", "dr_grpo", "seq-sum")
+# Largest advantage epsilon that is a convention rather than a bug (catalog: TRL 1e-4, verl 1e-6,
+# small loops 1e-8; 1e4 is a known bug).
+MAX_CONVENTIONAL_EPSILON = 1e-3
+
+
+def group_std(grouped: torch.Tensor, estimator: str, dim: int | None = 1) -> torch.Tensor:
+    """NaN-aware std over `dim`: Bessel (n - 1) or population (n)."""
+    correction = 1 if estimator == "bessel" else 0
+    mean = torch.nanmean(grouped, dim=dim, keepdim=True)
+    count = (~torch.isnan(grouped)).sum(dim=dim, keepdim=True)
+    squares = torch.nansum((grouped - mean) ** 2, dim=dim, keepdim=True)
+    return torch.sqrt(squares / (count - correction))
+
+
+def advantages(
+    rewards: torch.Tensor, num_generations: int, config: dict, scale_rewards: str | None = None
+) -> torch.Tensor:
+    """TRL's advantages (gt:L2777-2810) with the candidate's epsilon, placement and std estimator."""
+    mode = scale_rewards or config["scale_rewards"]
+    epsilon = float(config["advantage_epsilon"])
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if mode == "none":
+        return torch.nan_to_num(centred.reshape(-1), nan=0.0)
+    scope = grouped if mode == "group" else rewards.view(1, -1)
+    std = group_std(scope, config["std_estimator"])
+    if mode == "batch":
+        std = std.view(())
+    if config["advantage_epsilon_placement"] == "sqrt":
+        divisor = torch.sqrt(std**2 + epsilon)
+    else:
+        divisor = std + epsilon
+    return torch.nan_to_num((centred / divisor).reshape(-1), nan=0.0)
+
+
+def is_trl_advantage(config: dict) -> bool:
+    """True when the candidate's advantage conventions are TRL's, so reference_impl serves."""
+    keys = ("advantage_epsilon", "advantage_epsilon_placement", "std_estimator")
+    return all(config[k] == DEFAULTS[k] for k in keys)
+
+
+def fit_epsilon(
+    rewards: torch.Tensor, num_generations: int, seen: torch.Tensor, estimator: str
+) -> tuple[str, float] | None:
+    """The (placement, epsilon) that reproduces `seen` from group-scaled `rewards`, if one does.
+
+    From A = c / (std + eps): eps = c / A - std, the same on every row with |A| well above 0; from
+    A = c / sqrt(var + eps): eps = (c / A)^2 - var. Fitted in float64 from the float32 output, so
+    only epsilons above ~1e-7 of the std are resolved; smaller ones read as 0.
+    """
+    grouped = rewards.double().view(-1, num_generations)
+    centred = (grouped - grouped.mean(1, keepdim=True)).reshape(-1)
+    std = group_std(grouped, estimator).expand_as(grouped).reshape(-1)
+    seen = seen.double().reshape(-1)
+    keep = (seen.abs() > 1e-3 * seen.abs().max()) & (centred.abs() > 1e-3 * centred.abs().max())
+    if not keep.any():
+        return None
+    for placement, values in (
+        ("std", centred[keep] / seen[keep] - std[keep]),
+        ("sqrt", (centred[keep] / seen[keep]) ** 2 - std[keep] ** 2),
+    ):
+        epsilon = float(values.median())
+        scale = float(std[keep].median()) if placement == "std" else float(std[keep].median()) ** 2
+        tolerance = max(1e-3 * abs(epsilon), 1e-6 * scale)
+        if float((values - epsilon).abs().max()) <= tolerance and epsilon > -tolerance:
+            return placement, max(epsilon, 0.0)
+    return None
+
+
+def epsilon_words(placement: str, epsilon: float) -> str:
+    """'1e-6 added to the std' or '1e-4 inside the square root'."""
+    where = "added to the std" if placement == "std" else "inside the square root"
+    return f"{short(epsilon)} {where}"
+
+
+def short(value: float) -> str:
+    """1e-06 -> '1e-6'; 0.0001 -> '1e-4'; 2.5e-05 -> '2.5e-5'; 0 -> '0'."""
+    if value == 0:
+        return "0"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def aggregation_rule(config: dict, loss_type: str | None = None) -> str:
+    """The aggregation formula in force: the declared verl `loss_agg_mode`, else the loss type's."""
+    own = loss_type is None or loss_type == config["loss_type"]
+    if own and config["loss_agg_mode"]:
+        return AGG_MODE_RULES[config["loss_agg_mode"]]
+    return loss_type or config["loss_type"]
+
+
+def aggregate(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    rule: str,
+    *,
+    max_len: int | None = None,
+    num_items: int | None = None,
+    empty_rows: str = "counted",
+) -> torch.Tensor:
+    """The hand formulas of every aggregation (written independently of reference_impl).
+
+    grpo/sapo: mean over rows of each row's token mean; bnpo: masked sum / mask sum; dr_grpo:
+    masked sum / (rows * max_len, None -> T); dapo/cispo: masked sum / num_items (None -> mask sum);
+    seq-sum: mean over rows of each row's token sum; sum: masked sum; unmasked-mean: mean of every
+    token. With empty_rows="excluded" the row means divide by the non-empty rows only (verl).
+    """
+    m = mask.double()
+    masked = token_loss * m
+    rows, width = m.shape
+    if empty_rows == "excluded" and rule in ROW_MEAN_RULES:
+        rows = int((m.sum(1) > 0).sum())
+    if rule in ("grpo", "sapo"):
+        return (masked.sum(1) / m.sum(1).clamp(min=1)).sum() / max(rows, 1)
+    if rule == "bnpo":
+        return masked.sum() / m.sum().clamp(min=1)
+    if rule == "dr_grpo":
+        return masked.sum() / (max(rows, 1) * (max_len or width))
+    if rule in ("dapo", "cispo"):
+        items = m.sum() if num_items is None else torch.tensor(float(num_items))
+        return masked.sum() / items.clamp(min=1)
+    if rule == "seq-sum":
+        return masked.sum(1).sum() / max(rows, 1)
+    if rule == "sum":
+        return masked.sum()
+    if rule == "unmasked-mean":
+        return token_loss.mean()
+    raise ValueError(rule)
+
+
+def kl_value(d: torch.Tensor | float, estimator: str) -> torch.Tensor:
+    """The per-token KL estimate at d = ref - logp (verl core_algos.kl_penalty_forward)."""
+    d = torch.as_tensor(d, dtype=torch.float64)
+    if estimator == "k1":
+        return -d
+    if estimator in ("k2", "mse"):
+        return d**2 / 2
+    if estimator == "abs":
+        return d.abs()
+    if estimator == "low_var_kl":
+        d = d.clamp(-20, 20)
+        return (d.exp() - d - 1).clamp(-10, 10)
+    return d.exp() - d - 1
+
+
+def kl_gradient(d: torch.Tensor | float, estimator: str) -> torch.Tensor:
+    """d(estimate)/d(logp) at d = ref - logp (inside low_var_kl's clamps it is k3's)."""
+    d = torch.as_tensor(d, dtype=torch.float64)
+    if estimator == "k1":
+        return torch.ones_like(d)
+    if estimator in ("k2", "mse"):
+        return -d
+    if estimator == "abs":
+        return -torch.sign(d)
+    return 1 - d.exp()

@@ -1,0 +1,384 @@
+"""`grpo-check profile TARGET`: measure a candidate's conventions by calling its functions on probes.
+
+Each probe is one small function that calls the candidate (in a child process, like the checks)
+and returns the conventions it measured plus findings: values that are known bugs, which are
+reported and never written as conventions. `--write PATH` writes the measured conventions as the
+stage protocol's YAML, for the user to review, commit and pass to `grpo-check PATH`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from reference_impl.protocol import DEFAULTS
+
+PROFILE_TIMEOUT = 180.0
+
+
+@dataclass
+class Profile:
+    conventions: dict[str, object] = field(default_factory=dict)  # key -> measured value
+    evidence: dict[str, str] = field(default_factory=dict)  # key -> how it was measured
+    findings: list[str] = field(default_factory=list)  # known bugs, never written
+
+    def set(self, key: str, value, how: str) -> None:
+        self.conventions[key] = value
+        self.evidence[key] = how
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes (child side). Each takes the loaded candidate and the profile it fills.
+
+
+def probe_advantages(candidate, profile: Profile) -> None:
+    """Fit scale_rewards, the std estimator and the epsilon (value and placement) from one call."""
+    import torch
+
+    from checker import conventions
+
+    fn = candidate.functions.get("compute_advantages")
+    if fn is None:
+        return
+    # Small spreads near 0: fp32 then resolves epsilons down to ~1e-9 of a 1e-3 std.
+    rewards = torch.tensor([0, 1e-3, 3e-3, 2.5e-3, 0, 2e-3, 1e-3, 4e-3, 5e-4, 1e-3, 0, 2e-3])
+    seen = fn(rewards.clone(), 4).detach().double()
+    centred = rewards.double().view(-1, 4) - rewards.double().view(-1, 4).mean(1, keepdim=True)
+    if torch.allclose(seen, centred.reshape(-1), rtol=1e-4, atol=1e-9):
+        profile.set("scale_rewards", "none", "A equals r - group mean")
+    else:
+        for estimator in ("bessel", "population"):
+            fitted = conventions.fit_epsilon(rewards, 4, seen, estimator)
+            if fitted is None:
+                continue
+            placement, epsilon = fitted
+            epsilon = float(f"{epsilon:.1g}")
+            profile.set("std_estimator", estimator, "A = (r - mean) / f(std) fits this std")
+            if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
+                profile.findings.append(
+                    f"advantages: epsilon {conventions.short(epsilon)} flattens every advantage (a bug)"
+                )
+            elif placement == "sqrt" and epsilon == 0:
+                profile.findings.append("advantages: no epsilon: a constant group divides 0 by 0")
+            else:
+                profile.set(
+                    "advantage_epsilon",
+                    epsilon,
+                    f"fitted: {conventions.epsilon_words(placement, epsilon)}",
+                )
+                profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
+            break
+        else:
+            profile.findings.append("advantages: match no (r - group mean) / (std + eps) formula")
+    nan_in = torch.tensor([float("nan"), 0.0, 1.0, 1.0])
+    nan_out = fn(nan_in, 4).detach()
+    if torch.isnan(nan_out).any() or not torch.isfinite(nan_out).all():
+        profile.set(
+            "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
+        )
+
+
+def probe_masking(candidate, profile: Profile) -> None:
+    """Whether rows without EOS are dropped, and whether the EOS token itself is kept."""
+    import torch
+
+    fn = candidate.functions.get("completion_mask")
+    if fn is None:
+        return
+    ids = torch.tensor([[5, 6, 1, 1], [5, 6, 7, 8]])  # pad == EOS == 1 in row 0; row 1 truncated
+    mask = fn(ids, [1]).detach().int().tolist()
+    if mask[0] != [1, 1, 1, 0]:
+        profile.findings.append(
+            f"masking: ids [5, 6, EOS, EOS] with pad == EOS give mask {mask[0]}, not [1, 1, 1, 0]"
+            " (the EOS token gets no gradient, or padding is trained on)"
+        )
+    if mask[1] == [0, 0, 0, 0]:
+        profile.set("mask_truncated_completions", True, "a row without EOS is all 0")
+
+
+def probe_loss(candidate, profile: Profile) -> None:
+    """Aggregation, empty-row count and policy-loss form, from one on-policy call and its gradient."""
+    import torch
+
+    from checker import conventions
+    from checker.fixtures import unequal_mask
+
+    fn = candidate.functions.get("compute_loss")
+    if fn is None:
+        return
+    mask = unequal_mask([6, 3, 0, 5, 2], 6)
+    advantages = torch.tensor([-0.5, -1.25, -0.9, -0.8, -2.0])
+    logps = -torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) - 0.1
+    leaf = logps.clone().requires_grad_(True)
+    loss = fn(leaf, advantages, mask)
+    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    grad = torch.zeros_like(leaf) if grad is None else grad
+    value = float(loss)
+    a = advantages.double().unsqueeze(1).expand(5, 6)
+    rules = {
+        "grpo": {"loss_type": "grpo"},
+        "bnpo": {"loss_type": "dapo"},
+        "dr_grpo": {"loss_type": "dr_grpo"},
+        "seq-sum": {"loss_agg_mode": "seq-mean-token-sum"},
+        "sum": {"loss_agg_mode": "token-sum"},
+    }
+    for form, token_loss in (("clipped", -a), ("reinforce", -a * logps.double())):
+        for rule, declared in rules.items():
+            for empty_rows in ("counted", "excluded"):
+                expected = float(
+                    conventions.aggregate(token_loss, mask, rule, empty_rows=empty_rows)
+                )
+                if abs(value - expected) <= 1e-5 * max(1.0, abs(expected)):
+                    for key, chosen in declared.items():
+                        profile.set(key, chosen, f"loss value equals the {rule} formula")
+                    if rule in conventions.ROW_MEAN_RULES:
+                        profile.set("empty_rows", empty_rows, "row count with one fully masked row")
+                    if form == "reinforce":
+                        profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
+                    _probe_empty_batch(fn, profile)
+                    return
+    profile.findings.append(f"loss_aggregation: loss {value:.6g} matches no known aggregation")
+
+
+def _probe_empty_batch(fn, profile: Profile) -> None:
+    import torch
+
+    empty = fn(-torch.rand(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
+    if not torch.isfinite(torch.as_tensor(empty)).all():
+        profile.findings.append(
+            "loss_aggregation: a batch whose every token is masked gives a NaN loss (divides by 0)"
+        )
+
+
+def probe_clipping(candidate, profile: Profile) -> None:
+    """The clip range, from which tokens get zero gradient at ratios 0.70..1.30."""
+    import inspect
+
+    import torch
+
+    fn = candidate.functions.get("compute_loss")
+    if fn is None or profile.conventions.get("policy_loss") == "reinforce":
+        return
+    parameters = inspect.signature(fn).parameters
+    if "old_per_token_logps" not in parameters:
+        return
+    ratios = torch.linspace(0.705, 1.295, 60)  # steps of 0.01 between the 2-decimal bounds
+    logps = -torch.rand(2, 60, generator=torch.Generator().manual_seed(1)) - 0.1
+    old = logps - ratios.log()
+    leaf = logps.clone().requires_grad_(True)
+    loss = fn(leaf, torch.tensor([1.0, -1.0]), torch.ones(2, 60), old_per_token_logps=old)
+    (grad,) = torch.autograd.grad(loss, leaf)
+    clipped_high = ratios[grad[0] == 0]
+    clipped_low = ratios[grad[1] == 0]
+    if not (len(clipped_high) and len(clipped_low)):
+        profile.findings.append("clipping: some ratio in 0.7..1.3 should be clipped, none is")
+        return
+    eps_high = round(float(clipped_high.min()) - 1.005, 2)
+    eps_low = round(0.995 - float(clipped_low.max()), 2)
+    profile.set("epsilon_low", eps_low, "largest A < 0 ratio with zero gradient")
+    if "epsilon_high" not in parameters and not _takes_kwargs(parameters):
+        profile.set("clipping", "symmetric", "compute_loss takes no epsilon_high")
+    elif eps_high != eps_low:
+        profile.set("epsilon_high", eps_high, "smallest A > 0 ratio with zero gradient")
+
+
+def _takes_kwargs(parameters) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def probe_kl(candidate, profile: Profile) -> None:
+    """The KL estimator, from per_token_kl at d = ref - logp in {-0.5, 0.3}."""
+    import torch
+
+    from checker import conventions
+    from reference_impl.protocol import KL_ESTIMATORS
+
+    fn = candidate.functions.get("per_token_kl")
+    if fn is None:
+        return
+    logps = torch.tensor([[-1.0, -2.0]])
+    d = torch.tensor([[-0.5, 0.3]], dtype=torch.float64)
+    seen = fn(logps, logps + d.float()).detach().double()
+    for estimator in KL_ESTIMATORS:
+        if torch.allclose(seen, conventions.kl_value(d, estimator), rtol=1e-5, atol=1e-7):
+            profile.set("kl_estimator", estimator, "per_token_kl equals its formula")
+            return
+    for estimator in ("k3", "k1", "k2"):
+        if torch.allclose(seen, -conventions.kl_value(d, estimator), rtol=1e-5, atol=1e-7):
+            profile.findings.append(f"kl: per_token_kl is minus {estimator}: the KL is maximised")
+            return
+    profile.findings.append("kl: per_token_kl matches no known estimator")
+
+
+def probe_logprobs(candidate, profile: Profile) -> None:
+    """Log-probs must be <= 0; a scorer without a temperature samples at T = 1 only."""
+    import inspect
+
+    import torch
+
+    fn = candidate.functions.get("selective_log_softmax")
+    if fn is None:
+        return
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(2))
+    index = torch.randint(0, 5, (2, 3), generator=torch.Generator().manual_seed(3))
+    if (fn(logits, index).detach() > 1e-6).any():
+        profile.findings.append("logprobs: selective_log_softmax returns values > 0")
+    parameters = inspect.signature(fn).parameters
+    if "temperature" not in parameters and not _takes_kwargs(parameters):
+        profile.evidence["temperature"] = "not taken: scoring at T = 1 only (sample at T = 1)"
+
+
+def probe_update(candidate, profile: Profile) -> None:
+    """zero_grad placement: equal rewards from stale .grad vs from .grad = None."""
+    import torch
+
+    from checker import fixtures
+
+    fn = candidate.functions.get("grpo_step")
+    if fn is None:
+        return
+    ids = torch.randint(2, 20, (8, 4), generator=torch.Generator().manual_seed(4))
+    prompts = torch.full((8, 2), 3)
+
+    def moved(stale: bool) -> tuple[bool, bool]:
+        policy, start = fixtures.tiny_model(), fixtures.tiny_model()
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.05)
+        if stale:
+            for p in policy.parameters():
+                p.grad = torch.full_like(p, 0.3)
+        fn(
+            policy,
+            optimizer,
+            prompts,
+            torch.ones_like(prompts),
+            ids,
+            torch.full((8,), 0.5),
+            num_generations=4,
+            eos_token_ids=[fixtures.EOS_ID],
+        )
+        change = max(
+            float((p - q).abs().max())
+            for p, q in zip(policy.parameters(), start.parameters(), strict=True)
+        )
+        cleared = all(p.grad is None or not p.grad.any() for p in policy.parameters())
+        return change > 0, cleared
+
+    if not moved(stale=True)[0]:
+        profile.set("zero_grad", "before_backward", "stale .grad is not applied")
+        return
+    changed, cleared = moved(stale=False)
+    if not changed and cleared:
+        profile.set(
+            "zero_grad", "after_step", "stale .grad applied, but .grad is cleared after step"
+        )
+    else:
+        profile.findings.append("update: equal rewards still move the parameters (stale gradients)")
+
+
+PROBES = (
+    probe_advantages,
+    probe_masking,
+    probe_logprobs,
+    probe_loss,
+    probe_clipping,
+    probe_kl,
+    probe_update,
+)
+
+
+def measure(candidate) -> Profile:
+    """Run every probe; a probe whose call raises becomes a finding naming the function."""
+    profile = Profile()
+    for probe in PROBES:
+        try:
+            probe(candidate, profile)
+        except Exception as error:  # noqa: BLE001 - the candidate may raise anything
+            text = " ".join(str(error).split())[:150]
+            profile.findings.append(
+                f"{probe.__name__[6:]}: the candidate raised {type(error).__name__}: {text}"
+            )
+    return profile
+
+
+def main() -> None:
+    """Child: read a CandidateSpec as JSON, print the Profile as JSON on the saved stdout."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the candidate prints goes to stderr
+    from checker.candidate import CandidateSpec, TargetError, load_candidate
+
+    spec = CandidateSpec(**json.loads(sys.stdin.readline()))
+    try:
+        candidate = load_candidate(spec)
+    except TargetError as error:
+        protocol.write(json.dumps({"fatal": str(error)}))
+        return
+    protocol.write(json.dumps(asdict(measure(candidate))))
+    protocol.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent side
+
+
+class ProfileError(Exception):
+    """Nothing could be measured (exit status 2)."""
+
+
+def run_profile(spec, timeout: float = PROFILE_TIMEOUT) -> Profile:
+    """Measure `spec`'s conventions in a child process with a timeout."""
+    from checker.sandbox import OFFLINE
+
+    env = dict(os.environ, **OFFLINE)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "checker.profile"],
+            input=json.dumps(asdict(spec)) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=spec.cwd,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        raise ProfileError(f"{spec.target}: profiling took longer than {timeout:.0f}s") from None
+    try:
+        data = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        raise ProfileError(f"{spec.target}: the profiling process died: {tail[0][:200]}") from None
+    if "fatal" in data:
+        raise ProfileError(data["fatal"])
+    return Profile(**data)
+
+
+def declared(profile: Profile) -> dict[str, object]:
+    """The measured conventions that differ from TRL's defaults: what a YAML must declare."""
+    return {k: v for k, v in profile.conventions.items() if DEFAULTS.get(k) != v}
+
+
+def yaml_text(spec, profile: Profile, write_path: Path) -> str:
+    """The stage protocol's YAML form: path (relative to the YAML) or module, functions, config."""
+    import yaml
+
+    document: dict[str, object] = {}
+    if spec.path:
+        document["path"] = os.path.relpath(spec.path, write_path.resolve().parent)
+    else:
+        document["module"] = spec.module
+    if spec.renames:
+        document["functions"] = dict(spec.renames)
+    config = {**spec.config, **declared(profile)}
+    if config:
+        document["config"] = config
+    header = (
+        "# Measured by `grpo-check profile`; review, commit, then run `grpo-check <this file>`.\n"
+    )
+    return header + yaml.safe_dump(document, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()
