@@ -112,8 +112,16 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
     metavar="NAME",
     help="An environment variable the agent gets (an API key); it gets no other. Repeatable.",
 )
+@click.option(
+    "--agent-files",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder of the agent's own (its tools, a scripted agent's payload), shown read-only"
+    " at /opt/agent; nothing else outside the workspace is visible to the agent.",
+)
 @tasks_dir_option
-def run_command(task_ids, agent, skill, out, timeout, trials, resume, pass_env, tasks_dir) -> None:
+def run_command(
+    task_ids, agent, skill, out, timeout, trials, resume, pass_env, agent_files, tasks_dir
+) -> None:
     """Run AGENT on tasks; one JSON line per trial in OUT/results.jsonl as each trial ends."""
     from task_harness.build import build_task
     from task_harness.runner import IsolationUnavailable, append_result, finished_trials, run_trial
@@ -140,6 +148,7 @@ def run_command(task_ids, agent, skill, out, timeout, trials, resume, pass_env, 
                         timeout=timeout,
                         keep=out / "trials",
                         pass_env=pass_env,
+                        agent_files=agent_files,
                     )
                 except IsolationUnavailable as error:
                     raise click.ClickException(str(error)) from None
