@@ -1,4 +1,5 @@
-"""The agent's Python environment per condition: the third-party stack, and grpo-skill only with --skill.
+"""The agent's Python environment per condition and task family: the third-party stack without any
+GRPO library, and grpo-skill only with --skill.
 
 The runner's own environment holds this project (an editable install of the checker, the harness,
 the task specs around it), so the agent never gets it. Each condition gets a venv of its own,
@@ -6,6 +7,12 @@ built once and cached: the runner's site-packages (and folders their .pth files 
 this project's entries, linked in file by file (hard links, so torch is not copied), plus, for the skill condition only, grpo-skill
 laid out exactly as the Harbor image's skill condition gets it (`export.copy_grpo_skill`) and a
 `grpo-check` command. The venv is shown read-only at /opt/venv in the agent's view.
+
+No GRPO library is installed (`GRPO_LIBRARIES`): an agent must not be able to read a second,
+correct implementation beside the trainer it debugs. A reference-family task needs none; a
+trl-family task gets its fork installed as the `trl` package, the way `pip install -e ./trl`
+would: a path file pointing at `/app/trl` and a dist-info naming the fork's release, with no
+RECORD of upstream's file hashes to diff against.
 """
 
 from __future__ import annotations
@@ -31,19 +38,31 @@ OWN_ENTRIES = (
     "task_harness",
 )
 CONDITIONS = ("no-skill", "skill")
+FAMILIES = ("reference", "trl")
+# Distributions that implement GRPO; none is in an agent's environment.
+GRPO_LIBRARIES = ("trl", "verl", "openrlhf")
+# Where the trl family's fork lies in the agent's view (the workspace's `trl/` source folder).
+FORK_PATH = "/app/trl"
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("GRPO_SKILL_CACHE", Path.home() / ".cache" / "grpo-skill"))
 
 
+def is_grpo_library(name: str) -> bool:
+    """True for a site-packages entry of a GRPO library: its package or its dist-info."""
+    base = name.split("-", 1)[0].lower()
+    return base in GRPO_LIBRARIES
+
+
 def third_party_entries(site: Path) -> list[Path]:
-    """The entries of `site` that are not this project's; `.pth` files are left out too (they
-    run code at start-up and the stack needs none)."""
+    """The entries of `site` that are neither this project's nor a GRPO library's; `.pth` files
+    are left out too (they run code at start-up and the stack needs none)."""
     return sorted(
         entry
         for entry in site.iterdir()
         if not entry.name.startswith(OWN_ENTRIES)
+        and not is_grpo_library(entry.name)
         and entry.suffix != ".pth"
         and entry.name != "__pycache__"
     )
@@ -114,13 +133,28 @@ def _add_grpo_skill(venv: Path) -> None:
     script.chmod(0o755)
 
 
-def agent_env(condition: str) -> Path:
-    """The cached venv of `condition` ("skill" or "no-skill"), built on first use."""
+def _install_fork(venv: Path, version: str) -> None:
+    """The trl family's fork as the `trl` package: `import trl` anywhere gives /app/trl, and
+    `importlib.metadata.version("trl")` the release the fork was made from."""
+    site_dir = _venv_site(venv)
+    (site_dir / "trl-fork.pth").write_text(FORK_PATH + "\n")
+    info = site_dir / f"trl-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: trl\nVersion: {version}\n")
+    (info / "INSTALLER").write_text("pip\n")
+
+
+def agent_env(condition: str, family: str = "reference", fork_version: str | None = None) -> Path:
+    """The cached venv of `condition` ("skill" or "no-skill") for a task of `family`, built on
+    first use; a trl-family venv installs the fork of release `fork_version`."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r}")
+    if family not in FAMILIES or (family == "trl") != bool(fork_version):
+        raise ValueError(f"family {family!r} with fork version {fork_version!r}")
     sites = site_folders()
     skill = condition == "skill"
-    venv = cache_dir() / "agent-env" / f"{condition}-{_fingerprint(sites, skill)}"
+    flavour = f"{condition}-trl-{fork_version}" if family == "trl" else condition
+    venv = cache_dir() / "agent-env" / f"{flavour}-{_fingerprint(sites, skill)}"
     if (venv / "pyvenv.cfg").exists():
         return venv
     staging = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
@@ -135,6 +169,8 @@ def agent_env(condition: str) -> Path:
             _link_tree(entry, _venv_site(staging) / entry.name)
     if skill:
         _add_grpo_skill(staging)
+    if family == "trl":
+        _install_fork(staging, fork_version)
     try:
         staging.rename(venv)
     except OSError:  # another trial built it first; the two are identical

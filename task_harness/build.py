@@ -8,6 +8,7 @@ in the repository) with the task's patches, a training script, a reward file and
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import shutil
@@ -44,7 +45,18 @@ PROTECTED = {
 # over steps 31-40 (ref-advantage-epsilon, ref-flat-reward-decoy, ref-kl-masking), buggy ones
 # 0.06 (ref-advantage-epsilon); 0.3 leaves a factor of 2 either side. The copy task and the TRL
 # family learn too slowly for a short run on 2 cores: no rule, the probes alone decide.
+# A task's `[grpo.learning]` table adds rules for bugs that leave the reward rising in a short
+# run but show elsewhere in the log: `min_loss` and `max_kl` bound the window's mean loss and KL.
 LEARNING_RULES = {("reference", "succ"): {"steps": 40, "window": 10, "threshold": 0.3}}
+
+
+def learning_rule(spec: TaskSpec) -> dict | None:
+    """The short-run rule of `spec`: its family and toy task's, extended by `[grpo.learning]`."""
+    rule = LEARNING_RULES.get((spec.family, spec.train.get("task")))
+    extra = spec.toml["grpo"].get("learning")
+    if extra is None:
+        return rule
+    return {**(rule or {}), **extra}
 
 
 def installed_trl() -> Path:
@@ -157,10 +169,13 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],
         "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.family]},
         "installed": {"trl": tree_digest(installed_trl())},
-        "learning": LEARNING_RULES.get((spec.family, spec.train.get("task"))),
+        # The release the trl family's fork was made from (its package reads the version from
+        # installed metadata, so the tree does not say): what upstream-restore downloads.
+        "fork_version": importlib.metadata.version("trl") if spec.family == "trl" else None,
+        "learning": learning_rule(spec),
     }
     (tests / "task.json").write_text(json.dumps(task, indent=2))
-    (environment / "Dockerfile").write_text(dockerfile(skill))
+    (environment / "Dockerfile").write_text(dockerfile(skill, spec.family, task["fork_version"]))
     if skill:  # the --skill condition: our installer, into the workspace's agent folders
         from skill_installer import install_skill
 
@@ -168,14 +183,21 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     return root
 
 
-def dockerfile(skill: bool) -> str:
-    """The image of a condition: the third-party stack, plus grpo-skill only for --skill (the
-    no-skill image holds nothing of this project)."""
+def dockerfile(skill: bool, family: str, fork_version: str | None = None) -> str:
+    """The image of a condition and family: the third-party stack with no GRPO library, grpo-skill
+    only for --skill (the no-skill image holds nothing of this project), the fork installed as
+    `trl` only for the trl family."""
     text = (TEMPLATES / "Dockerfile").read_text()
-    if skill:
-        return text
-    head, _, rest = text.partition("# >>> skill condition only")
-    return head + rest.partition("# <<< skill condition only\n")[2]
+    if not skill:
+        text = _without_block(text, "skill condition only")
+    if family != "trl":
+        text = _without_block(text, "trl family only")
+    return text.replace("{fork_version}", fork_version or "")
+
+
+def _without_block(text: str, name: str) -> str:
+    head, _, rest = text.partition(f"# >>> {name}")
+    return head + rest.partition(f"# <<< {name}\n")[2]
 
 
 def harbor_toml(spec: TaskSpec) -> str:
@@ -186,9 +208,7 @@ def harbor_toml(spec: TaskSpec) -> str:
     nothing the agent installs or edits outside /app can reach the verifier.
     """
     text = (spec.folder / "task.toml").read_text()
-    text = text.replace("\n[grpo.train]", "\n[metadata.grpo.train]").replace(
-        "\n[grpo]", "\n[metadata.grpo]"
-    )
+    text = text.replace("\n[grpo.", "\n[metadata.grpo.").replace("\n[grpo]", "\n[metadata.grpo]")
     text = text.replace("\n[verifier]\n", '\n[verifier]\nenvironment_mode = "separate"\n', 1)
     first_table = text.index("\n[")
     text = text[:first_table] + '\nartifacts = ["/app"]\n' + text[first_table:]

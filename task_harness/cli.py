@@ -68,11 +68,14 @@ def list_command(as_json: bool, tasks_dir: Path) -> None:
 
 @tasks.command("verify")
 @click.argument("task_ids", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="A JSON array of {id, oracle, nop, ok}.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="A JSON array of {id, oracle, nop, baselines, ok}."
+)
 @click.option("--jobs", default=2, show_default=True, help="Tasks verified in parallel.")
 @tasks_dir_option
 def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_dir: Path) -> None:
-    """Score the built-in agents oracle (must get 1.0) and nop (must get 0 on every bug)."""
+    """Score oracle (must get 1.0), nop (0 on every bug) and the shortcut baselines (at most 0.5,
+    never every bug fixed): upstream-restore on trl tasks, reference-copy on reference tasks."""
     from task_harness.baselines import verify_tasks
 
     specs = _load(task_ids, tasks_dir)
@@ -87,7 +90,8 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
 @click.option(
     "--agent",
     required=True,
-    help="oracle, nop, or a command template, e.g. 'claude -p \"$(cat {instruction})\"'.",
+    help="oracle, nop, upstream-restore, reference-copy, or a command template, e.g."
+    " 'claude -p \"$(cat {instruction})\"'.",
 )
 @click.option(
     "--skill/--no-skill", default=False, help="Install the grpo skill in the workspace first."

@@ -30,10 +30,12 @@ from pathlib import Path
 
 from task_harness.agent_env import agent_env
 from task_harness.installed import guarded_trees
+from task_harness.shortcuts import SHORTCUTS, ShortcutUnavailable, take
 from task_harness.verifier import jail
 from task_harness.verifier.digest import environment_digest, tree_digest
 
-BUILTIN_AGENTS = ("oracle", "nop")
+# Ours, run on the runner's side: the oracle fix, doing nothing, and the shortcut baselines.
+BUILTIN_AGENTS = ("oracle", "nop", *SHORTCUTS)
 VERIFIER_TIMEOUT = 900
 # Where the instruction file, and the files an agent brings along, appear in the agent's view.
 INSTRUCTION = f"{jail.HOME}/instruction.md"
@@ -87,7 +89,10 @@ class AgentView:
     def command(self, rendered: str, pass_env: tuple[str, ...] = ()) -> list[str]:
         env = dict(jail.BASE_ENV)
         env |= {name: os.environ[name] for name in pass_env if name in os.environ}
-        mounts = jail.view(self.workspace, self.root / "home", self.root / "tmp", self.python_env)
+        extra = () if self.agent_files is None else (jail.Mount(self.agent_files, AGENT_FILES),)
+        mounts = jail.view(
+            self.workspace, self.root / "home", self.root / "tmp", self.python_env, extra
+        )
         return jail.command(["sh", "-c", rendered], self.root / "view", mounts, env)
 
 
@@ -139,6 +144,13 @@ def prepare_view(
 ) -> AgentView:
     """The agent's folders: the workspace (with the skill for --skill), home with the
     instruction, tmp."""
+    if agent_files is not None:  # a copy the agent's user may read, whatever the folder's mode
+        copied = root / "files"
+        shutil.copytree(agent_files, copied, symlinks=True)
+        for path in [copied, *copied.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+        agent_files = copied
     view = AgentView(root, python_env, agent_files)
     shutil.copytree(built / "environment" / "workspace", view.workspace)
     if skill:
@@ -177,7 +189,8 @@ def run_trial(
         raise IsolationUnavailable(
             "running an agent needs root and util-linux namespaces (unshare, setpriv) to isolate it"
         )
-    python_env = agent_env(condition)
+    task = json.loads((built / "tests" / "task.json").read_text())
+    python_env = agent_env(condition, task["family"], task.get("fork_version"))
     with tempfile.TemporaryDirectory(prefix=f"grpo-trial-{task_id}-") as scratch:
         root = Path(scratch)
         view = prepare_view(root / "agent", built, skill, python_env, agent_files)
@@ -200,6 +213,11 @@ def run_trial(
             )
             if done.returncode != 0:
                 status, detail = "agent-error", done.stderr.strip()[-300:]
+        elif agent in SHORTCUTS:
+            try:
+                take(agent, workspace, task)
+            except ShortcutUnavailable as error:
+                status, detail = "agent-error", str(error)
         elif agent != "nop":
             jail.prepare(workspace, root / "agent" / "home", root / "agent" / "tmp")
             status, detail = run_agent(agent, view, timeout, pass_env)

@@ -167,9 +167,10 @@ def test_tasks_list_and_verify_from_the_wheel(wheel_venv, empty_folder):
     verified = run_installed(
         wheel_venv, "tasks", "verify", "ref-advantage-epsilon", "--json", cwd=empty_folder
     )
-    assert verified.returncode == 0, verified.stderr[-2000:]
     (row,) = json.loads(verified.stdout)
-    assert row["ok"] and row["oracle"] == 1.0
+    assert verified.returncode == (0 if row["ok"] else 1), verified.stderr[-2000:]
+    assert row["oracle"] == 1.0 and not any(row["nop_bugs"].values()), row["detail"]
+    assert set(row["baselines"]) == {"reference-copy"}, row
 
 
 @wheel_group

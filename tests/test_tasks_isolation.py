@@ -7,6 +7,7 @@ still no task spec, patch, harness, verifier or oracle.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from task_harness.agent_env import GRPO_LIBRARIES
 from task_harness.build import build_task
 from task_harness.export import export_harbor
 from task_harness.runner import run_trial
@@ -30,8 +32,9 @@ TASK_INTERNALS = [
     r"patches\.yaml$",
     r"/task\.json$",
     r"/solve\.sh$",
-    r"/verify\.py$",
-    r"_probes\.py$",
+    # Outside /usr: system packages (a cloud SDK's `domains/verify.py`) hold files of that name.
+    r"^/(?!usr/).*/verify\.py$",
+    r"^/(?!usr/).*_probes\.py$",
     r"/expected/minigrpo",
     r"^/work(/|$)",
     r"grpo-trial-",
@@ -43,7 +46,8 @@ PRODUCT = [
     r"grpo-check$",
     r"/skills/grpo(/|$)",
     r"/share/grpo-skill",
-    r"SKILL\.md$",
+    # Any copy of our skill; third-party packages ship skills of their own (typer's SKILL.md).
+    r"/grpo[^/]*/SKILL\.md$",
 ]
 FORBIDDEN = {"no-skill": TASK_INTERNALS + PRODUCT, "skill": TASK_INTERNALS}
 ROOTS = "/app /home /tmp /opt /root /etc /usr /var /srv /mnt /run /work"
@@ -65,10 +69,13 @@ def forbidden_paths(paths: list[str], condition: str) -> list[str]:
 
 def test_the_rules_see_a_leak():
     """Not vacuous: each condition's rules flag what it must not see, and pass what it may."""
-    leaks = ["/opt/venv/lib/python3.11/site-packages/checker/cli.py", "/tmp/x/tests/task.json"]
-    assert forbidden_paths(leaks, "no-skill") == leaks
-    assert forbidden_paths(leaks, "skill") == leaks[1:]
-    assert forbidden_paths(["/app/minigrpo/loss.py", "/usr/bin/python3"], "no-skill") == []
+    product = ["/opt/venv/lib/python3.11/site-packages/checker/cli.py", "/opt/grpo/SKILL.md"]
+    internals = ["/tmp/x/tests/task.json", "/tmp/grpo/tests/verify.py", "/home/a/ref_probes.py"]
+    assert forbidden_paths(product + internals, "no-skill") == product + internals
+    assert forbidden_paths(product + internals, "skill") == internals
+    harmless = ["/app/minigrpo/loss.py", "/usr/bin/python3", "/usr/lib/sdk/domains/verify.py"]
+    harmless += ["/opt/venv/lib/python3.11/site-packages/typer/.agents/skills/typer/SKILL.md"]
+    assert forbidden_paths(harmless, "no-skill") == []
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +101,8 @@ def test_the_local_runners_agent_sees_only_its_condition(reference_task, tmp_pat
     assert "/app/train.py" in files
     assert forbidden_paths(files, condition) == []
     dists = (home / "dists.txt").read_text().split()
-    assert "torch" in dists and "trl" in dists
+    assert "torch" in dists and "transformers" in dists
+    assert [d for d in dists if d.lower() in GRPO_LIBRARIES] == []  # no second implementation
     assert ("grpo-skill" in dists) == (condition == "skill")
     assert "grpo-skill-tasks" not in dists
     imported = (home / "import.txt").read_text().split()
@@ -105,6 +113,32 @@ def test_the_local_runners_agent_sees_only_its_condition(reference_task, tmp_pat
     if condition == "skill":
         assert "/app/.claude/skills/grpo/SKILL.md" in files
         assert "/opt/venv/bin/grpo-check" in files
+
+
+LIST_TRL = (
+    'python -c "import importlib.metadata as m, trl; print(trl.__file__); '
+    "print(m.version('trl')); print(sorted(m.distribution('trl').files or []))\" "
+    "> /home/agent/trl.txt 2>&1; find / -path /proc -prune -o -name grpo_trainer.py -print 2>/dev/null "
+    "> /home/agent/copies.txt; true"
+)
+
+
+@pytest.mark.skipif(not jail.available(), reason="the runner's isolation needs root and unshare")
+def test_a_trl_task_has_only_its_fork_installed_as_trl(tmp_path_factory, tmp_path):
+    """`import trl` gives the workspace's fork, the release it came from is named, and no other
+    TRL source (and no RECORD of upstream's file hashes) is anywhere the agent can read."""
+    (spec,) = load_tasks(ids=["trl-never-stops"])
+    built = build_task(spec, tmp_path_factory.mktemp("built-trl"))
+    result = run_trial(built, LIST_TRL, keep=tmp_path, timeout=300)
+    assert result.status == "ok", result.detail
+    (kept,) = tmp_path.iterdir()
+    home = kept / "agent" / "home"
+    module, version, files = (home / "trl.txt").read_text().splitlines()
+    assert module == "/app/trl/trl/__init__.py"
+    assert version == json.loads((built / "tests" / "task.json").read_text())["fork_version"]
+    assert "RECORD" not in files
+    copies = (home / "copies.txt").read_text().split()
+    assert copies == ["/app/trl/trl/trainer/grpo_trainer.py"]
 
 
 def image_contents(environment: Path, root: Path) -> list[str]:
@@ -139,6 +173,10 @@ def test_the_harbor_image_holds_only_its_condition(tmp_path, condition):
         assert forbidden_paths(contents, condition) == []
         context = ["/" + str(p.relative_to(environment)) for p in environment.rglob("*")]
         assert forbidden_paths(context, condition) == []  # the build context is uploaded too
+        dockerfile = (environment / "Dockerfile").read_text()
+        assert "pip uninstall -y trl" in dockerfile  # no GRPO library beside the trainer
+        is_trl = folder.name.startswith("trl-")
+        assert ("echo /app/trl > /usr/local/lib/python3.11/site-packages/" in dockerfile) == is_trl
         has_checker = any(p.endswith("/checker/cli.py") for p in contents)
         assert has_checker == (condition == "skill")
         assert ("/usr/local/bin/grpo-check" in contents) == (condition == "skill")

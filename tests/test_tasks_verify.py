@@ -56,7 +56,9 @@ def test_restoring_upstream_fixes_the_bugs_but_loses_the_decoy(decoy_task, agent
         f"sed 's/reference_impl/minigrpo/g' {AGENT_FILES}/upstream/$f > minigrpo/$f; done"
     )
     result = run_trial(decoy_task, agent, agent_files=agent_files)
-    assert result.bugs["batch_wide_std"] == 1.0 and result.bugs["decode_blanks_plain"] == 1.0
+    assert result.bugs["batch_wide_std"] == 1.0 and result.bugs["decode_blanks_plain"] == 1.0, (
+        result.detail
+    )
     assert result.bugs["small_epsilon"] == 0.0
     assert result.reward == pytest.approx(0.8)
 

@@ -203,8 +203,9 @@ class Children:
         except (OSError, plain.MalformedObservations) as error:
             return None, f"the trainer's observations are malformed: {error}"
 
-    def train(self, rule: dict) -> tuple[list[float], str]:
-        """The per-step mean rewards of the first steps of the training script, as it prints them."""
+    def train(self, rule: dict) -> tuple[list[dict[str, float]], str]:
+        """The per-step figures (reward, loss, KL) of the first steps of the training script, as
+        it prints them; and its last line."""
         process, _, _ = self.start(
             ["python", TRAIN_SCRIPT[self.family]],
             stdin=subprocess.DEVNULL,
@@ -212,7 +213,7 @@ class Children:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        rewards: list[float] = []
+        steps: list[dict[str, float]] = []
         tail = ""
         # A script that hangs without printing is killed at the limit, which ends its output.
         watchdog = threading.Timer(LEARNING_TIMEOUT, _kill_group, [process])
@@ -220,13 +221,13 @@ class Children:
         try:
             for line in process.stdout:
                 tail = line.strip() or tail
-                rewards += _step_reward(line)
-                if len(rewards) >= rule["steps"]:
+                steps += _step_figures(line)
+                if len(steps) >= rule["steps"]:
                     break
         finally:
             watchdog.cancel()
             self.stop(process)
-        return rewards[: rule["steps"]], tail[:300]
+        return steps[: rule["steps"]], tail[:300]
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -246,39 +247,56 @@ def _pids_of(uid: int) -> list[int]:
     return pids
 
 
-# A line of train.py's log: "step   3  reward 0.055  loss ...".
-STEP_LINE = re.compile(r"^step\s+(\d+)\s+reward\s+(\S+)")
+# A line of train.py's log: "step   3  reward 0.055  loss +0.0123  length 2.00  kl 0.0011".
+STEP_LINE = re.compile(r"^step\s+\d+\s+reward\s+\S+")
+FIGURE = re.compile(r"\b(reward|loss|kl)\s+(\S+)")
 
 
-def _step_reward(line: str) -> list[float]:
-    """The mean reward a line of the training script's log reports, if it is a step line."""
-    match = STEP_LINE.match(line.strip())
-    if not match:
+def _step_figures(line: str) -> list[dict[str, float]]:
+    """[{"reward": ..., "loss": ..., "kl": ...}] for a step line of the log (the figures it
+    prints), [] for any other line."""
+    if not STEP_LINE.match(line.strip()):
         return []
     try:
-        return [float(match.group(2))]
+        return [{name: float(value) for name, value in FIGURE.findall(line)}]
     except ValueError:
         return []
 
 
-def learning_problems(rewards: list[float], rule: dict, tail: str) -> list[str]:
-    """Empty when the short training run learned: the mean reward of its last `window` steps
-    reaches the task's `threshold` (task.json "learning", set from measurements)."""
-    if len(rewards) < rule["steps"]:
+# (figure, rule key, the window's mean must be: "at least" or "at most", what a miss means)
+BOUNDS = (
+    ("reward", "threshold", "at least", "it does not learn"),
+    ("loss", "min_loss", "at least", "the loss sinks as no correct objective's does"),
+    ("kl", "max_kl", "at most", "the policy drifts from the reference as no penalty allows"),
+)
+
+
+def learning_problems(steps: list[dict[str, float]], rule: dict, tail: str) -> list[str]:
+    """Empty when the short training run behaves as the fixed trainer does: over its last
+    `window` steps the mean reward reaches `threshold`, and, where the task sets them, the mean
+    loss stays at least `min_loss` and the mean KL at most `max_kl` (task.json "learning", set
+    from runs of the buggy and the fixed trainer)."""
+    if len(steps) < rule["steps"]:
         return [
-            f"the training script printed {len(rewards)} step rewards of the {rule['steps']} "
+            f"the training script printed {len(steps)} step lines of the {rule['steps']} "
             f"watched (last line: {tail!r})"
         ]
-    last = rewards[-rule["window"] :]
-    if not all(r == r and abs(r) != float("inf") for r in last):
-        return [f"non-finite rewards in the training run: {last}"]
-    mean = sum(last) / len(last)
-    if mean < rule["threshold"]:
-        return [
-            f"mean reward {mean:.3f} over steps {rule['steps'] - rule['window'] + 1}-"
-            f"{rule['steps']} of the training script, below {rule['threshold']}: it does not learn"
-        ]
-    return []
+    last = steps[-rule["window"] :]
+    where = f"steps {rule['steps'] - rule['window'] + 1}-{rule['steps']} of the training script"
+    problems = []
+    for figure, key, side, meaning in BOUNDS:
+        if key not in rule:
+            continue
+        values = [step.get(figure, float("nan")) for step in last]
+        if not all(v == v and abs(v) != float("inf") for v in values):
+            problems.append(f"{figure} missing or not finite over {where}: {values}")
+            continue
+        mean = sum(values) / len(values)
+        if (mean < rule[key]) if side == "at least" else (mean > rule[key]):
+            problems.append(
+                f"mean {figure} {mean:.3f} over {where}, not {side} {rule[key]}: {meaning}"
+            )
+    return problems
 
 
 def _as_plain(observations: dict) -> dict:
@@ -380,10 +398,14 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             learning = []
             log.append("=== Learning: no short-run threshold measured for this task ===")
         elif all(result.values()):
-            rewards, tail = children.train(rule)
-            learning = learning_problems(rewards, rule, tail)
+            steps, tail = children.train(rule)
+            learning = learning_problems(steps, rule, tail)
             log.append("=== Learning: the first steps of the training script ===")
-            log.append(f"mean rewards: {[round(r, 3) for r in rewards]}")
+            for figure in ("reward", "loss", "kl"):
+                if any(figure in step for step in steps):
+                    log.append(
+                        f"{figure}: {[round(s.get(figure, float('nan')), 3) for s in steps]}"
+                    )
             log += [f"FAIL: {p}" for p in learning] or ["PASS"]
             if learning:
                 result = dict.fromkeys(result, 0.0)

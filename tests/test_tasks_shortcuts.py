@@ -1,0 +1,87 @@
+"""The shortcut baselines of `tasks verify`: each does what a shortcut-taking agent would, and a
+task counts as sound only when none of them scores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from task_harness.baselines import baseline_problem
+from task_harness.build import build_task, installed_trl
+from task_harness.installed import package_dir
+from task_harness.runner import TrialResult
+from task_harness.shortcuts import ShortcutUnavailable, applies, take
+from task_harness.spec import load_tasks
+
+pytestmark = pytest.mark.xdist_group("tasks-e2e")
+
+
+def _built(task_id: str, out: Path) -> Path:
+    (spec,) = load_tasks(ids=[task_id])
+    return build_task(spec, out)
+
+
+def _task(built: Path) -> dict:
+    return json.loads((built / "tests" / "task.json").read_text())
+
+
+def test_each_shortcut_applies_to_one_family():
+    assert applies("upstream-restore", "trl") and not applies("upstream-restore", "reference")
+    assert applies("reference-copy", "reference") and not applies("reference-copy", "trl")
+
+
+def test_reference_copy_puts_reference_impl_in_place_and_leaves_protected_files(tmp_path):
+    built = _built("ref-advantage-epsilon", tmp_path)
+    workspace = built / "environment" / "workspace"
+    task = _task(built)
+    protected = {rel: (workspace / rel).read_bytes() for rel in task["protected"]}
+    replaced = take("reference-copy", workspace, task)
+    assert "minigrpo/advantages.py" in replaced
+    for module in package_dir("reference_impl").glob("*.py"):
+        ours = workspace / "minigrpo" / module.name
+        if ours.is_file() and str(ours.relative_to(workspace)) not in task["protected"]:
+            assert ours.read_text() == module.read_text().replace("reference_impl", "minigrpo")
+    assert {rel: (workspace / rel).read_bytes() for rel in task["protected"]} == protected
+
+
+def test_upstream_restore_gives_back_the_release_the_fork_was_made_from(tmp_path):
+    """The fork is made from the TRL installed here, so after the restore its files are the
+    installed release's again (downloaded from the registry, compared with what pip installed)."""
+    built = _built("trl-never-stops", tmp_path)
+    workspace = built / "environment" / "workspace"
+    try:
+        replaced = take("upstream-restore", workspace, _task(built))
+    except ShortcutUnavailable as error:  # the claim is about the task, not the network
+        pytest.skip(str(error))
+    assert replaced, "the fork differs from upstream in at least the bug's file"
+    fork = workspace / "trl" / "trl"
+    for path in replaced:
+        relative = (workspace / path).relative_to(fork)
+        assert (fork / relative).read_bytes() == (installed_trl() / relative).read_bytes()
+
+
+def test_a_shortcut_without_its_target_is_a_one_line_cause(tmp_path):
+    with pytest.raises(ShortcutUnavailable, match="no TRL fork"):
+        take("upstream-restore", tmp_path, {"protected": {}, "fork_version": "1.16.0"})
+    with pytest.raises(ShortcutUnavailable, match="no package minigrpo"):
+        take("reference-copy", tmp_path, {"protected": {}, "package": "minigrpo"})
+
+
+def _trial(reward: float, bugs: dict[str, float], status: str = "ok") -> TrialResult:
+    return TrialResult("t", "reference-copy", "no-skill", 0, reward, bugs, status)
+
+
+@pytest.mark.parametrize(
+    ("trial", "why"),
+    [
+        (_trial(0.5, {"a": 1.0, "b": 0.0}), ""),
+        (_trial(0.6, {"a": 1.0, "b": 0.0}), "scores 0.60"),
+        (_trial(0.5, {"a": 1.0, "b": 1.0}), "fixes every bug"),
+        (_trial(0.0, {}, status="agent-error"), "could not run"),
+    ],
+)
+def test_a_baseline_may_score_at_most_half_and_never_fix_every_bug(trial, why):
+    problem = baseline_problem("reference-copy", trial, ["a", "b"])
+    assert (why in problem) if why else problem == ""
