@@ -87,7 +87,10 @@ class AgentView:
     def command(self, rendered: str, pass_env: tuple[str, ...] = ()) -> list[str]:
         env = dict(jail.BASE_ENV)
         env |= {name: os.environ[name] for name in pass_env if name in os.environ}
-        mounts = jail.view(self.workspace, self.root / "home", self.root / "tmp", self.python_env)
+        extra = () if self.agent_files is None else (jail.Mount(self.agent_files, AGENT_FILES),)
+        mounts = jail.view(
+            self.workspace, self.root / "home", self.root / "tmp", self.python_env, extra
+        )
         return jail.command(["sh", "-c", rendered], self.root / "view", mounts, env)
 
 
