@@ -82,6 +82,13 @@ def test_summary_pairs_by_task_and_uses_the_median_time():
     assert low <= overall["reward"]["delta"] <= high
 
 
+def test_a_difference_that_rounds_to_zero_prints_as_plus_zero():
+    trials = [trial("t", "no-skill", 0.5, seconds=10.4), trial("t", "skill", 0.5, seconds=10.0)]
+    uplift = render_tables(summarise(trials)).split("skill uplift")[1]
+    assert "+0.000 [+0.000, +0.000]" in uplift and "+0 [+0, +0]" in uplift
+    assert "-0" not in uplift
+
+
 def test_full_pass_fix_rates_and_failures():
     total = 0.35 + 0.35 + 0.30  # a weighted sum as the verifier computes it
     trials = [
@@ -100,7 +107,7 @@ def test_local_results_keep_their_condition_and_name_command_agents(tmp_path):
     results = tmp_path / "results.jsonl"
     rows = [
         {"task": "t", "agent": "oracle", "condition": "no-skill", "trial": 0, "reward": 1.0,
-         "bugs": {"a": 1.0, "anti_cheat": 1.0}, "status": "ok", "seconds": 3.0},
+         "bugs": {"a": 1.0, "anti_cheat": 1.0, "learning": 1.0}, "status": "ok", "seconds": 3.0},
         {"task": "t", "agent": "/opt/bin/claude -p x", "condition": "skill", "trial": 0,
          "reward": 0.0, "bugs": {}, "status": "timeout", "seconds": 60.0},
     ]  # fmt: skip
