@@ -195,6 +195,9 @@ def test_chart_has_a_bar_per_condition_with_the_reward_and_its_interval(tmp_path
     times = {c.get_label() for c in time_axes.containers if hasattr(c, "patches")}
     assert times == set(bars)
     assert heat_axes.images, "the per-bug heat map is drawn"
+    figure.draw_without_rendering()  # run the constrained layout
+    # The heat map's long row labels take its own left margin, not the bar panels' as well.
+    assert reward_axes.get_position().x0 < 0.1 < heat_axes.get_position().x0
 
     png = write_chart(summary, tmp_path / "report.png")
     data = png.read_bytes()
