@@ -167,6 +167,21 @@ def test_the_readme_shows_what_the_report_prints_on_the_recorded_run(tmp_path):
     )
 
 
+def test_the_readmes_recipe_uses_the_recorded_agent_and_real_options():
+    """The recipe that recorded the example (run verbatim from a clone): the scripted agent it
+    copies exists, and every option it gives `tasks run` and `tasks export` is one they have."""
+    (recipe,) = [block for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+                 if "partial-fixer" in block]  # fmt: skip
+    root = README.parent
+    for path in re.findall(r"tests/data/report-example/[\w-]+", recipe):
+        assert (root / path).is_file(), path
+    for name in ("run", "export", "report"):
+        options = {o for p in tasks.commands[name].params for o in p.opts + p.secondary_opts}
+        for line in re.findall(rf"grpo-check tasks {name} ((?:.*\\\n)*.*)", recipe):
+            used = set(re.findall(r"(?<!\S)--[\w-]+", line))
+            assert used <= options, (name, used - options)
+
+
 def test_without_matplotlib_the_tables_print_and_one_line_says_how_to_get_charts(
     tmp_path, monkeypatch
 ):
