@@ -141,7 +141,9 @@ def prepare_view(
     root: Path, built: Path, skill: bool, python_env: Path, agent_files: Path | None
 ) -> AgentView:
     """The agent's folders: the workspace (with the skill for --skill), home with the
-    instruction, tmp."""
+    instruction, tmp, and a copy of its own files."""
+    if agent_files is not None:
+        agent_files = readable_copy(agent_files, root / "agent-files")
     view = AgentView(root, python_env, agent_files)
     shutil.copytree(built / "environment" / "workspace", view.workspace)
     if skill:
@@ -151,6 +153,17 @@ def prepare_view(
     (root / "view").mkdir()
     shutil.copy(built / "instruction.md", root / "home" / "instruction.md")
     return view
+
+
+def readable_copy(source: Path, target: Path) -> Path:
+    """A copy of the agent's own files that the view's user can read (and run, where the owner
+    could): the caller's folder may be private to root, as pytest's temporary folders are."""
+    shutil.copytree(source, target, symlinks=True)
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+    return target
 
 
 def run_trial(

@@ -15,6 +15,7 @@ from task_harness.runner import (
     TrialResult,
     append_result,
     finished_trials,
+    readable_copy,
     run_agent,
 )
 from task_harness.verifier import jail
@@ -74,10 +75,10 @@ def test_the_agents_own_files_are_shown_read_only(tmp_path):
     """`agent_files` (`tasks run --agent-files`) appears at /opt/agent, and the agent cannot
     change it."""
     payload = tmp_path / "payload"
-    payload.mkdir()
+    payload.mkdir(mode=0o700)  # private to root, as pytest's temporary folders are
     (payload / "fix.txt").write_text("the fix")
     view = _view(tmp_path)
-    view = AgentView(view.root, view.python_env, payload)
+    view = AgentView(view.root, view.python_env, readable_copy(payload, tmp_path / "copy"))
     command = f"cp {AGENT_FILES}/fix.txt . && (echo x > {AGENT_FILES}/fix.txt || echo refused > no)"
     status, _ = run_agent(command, view, 30)
     assert status == "ok"
