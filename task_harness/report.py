@@ -117,7 +117,8 @@ def _delta(reward: dict | None, seconds: dict | None) -> str:
             return f"{'-':>{8 if fmt == '.0f' else 7}} {'':<17}"
         low, high = figure["ci"]
         width = 8 if fmt == ".0f" else 7
-        return f"{figure['delta']:>+{width}{fmt}} {f'[{low:+{fmt}}, {high:+{fmt}}]':<17}"
+        # "z": a difference that rounds to zero prints as +0, never -0.
+        return f"{figure['delta']:>+z{width}{fmt}} {f'[{low:+z{fmt}}, {high:+z{fmt}}]':<17}"
 
     return f"{cell(reward, '.3f')} {cell(seconds, '.0f')}".rstrip()
 

@@ -34,21 +34,26 @@ def draw_figure(summary: dict) -> Figure:
     width = max(10.0, 3.0 + 0.45 * len(tasks) * len(series))
     height = 8.0 + 0.3 * len(rows)
     figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    reward_axes, time_axes, heat_axes = figure.subplots(
-        3, 1, height_ratios=[3, 3, max(2.0, 0.35 * len(rows))]
-    )
-    _bars(reward_axes, summary, tasks, series, _reward_bar)
-    reward_axes.set_ylim(0, 1.05)
+    # Two subfigures, each laid out on its own: the heat map's long row labels would otherwise
+    # push the bar panels' left edge right as well.
+    bar_part, heat_part = figure.subfigures(2, 1, height_ratios=[6, max(2.0, 0.35 * len(rows))])
+    reward_axes, time_axes = bar_part.subplots(2, 1)
+    _bars(reward_axes, summary, tasks, series, _reward_bar, "{:.2f}")
+    reward_axes.set_ylim(0, 1.15)  # room for the labels above an interval reaching 1
     reward_axes.set_title("mean reward, 95% bootstrap interval", fontsize="medium")
-    _bars(time_axes, summary, tasks, series, _time_bar)
+    _bars(time_axes, summary, tasks, series, _time_bar, "{:.0f}")
+    time_axes.set_ylim(0, time_axes.get_ylim()[1] * 1.08)
     time_axes.set_title("median time to finish (s), min-max range", fontsize="medium")
     handles, labels = reward_axes.get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside upper center", ncols=min(4, len(series)))
-    _heatmap(heat_axes, summary, series, rows)
+    # Two rows, so that each column is one agent (skill above no skill).
+    bar_part.legend(handles, labels, loc="outside upper center", ncols=math.ceil(len(series) / 2))
+    _heatmap(heat_part.subplots(), summary, series, rows)
     return figure
 
 
-def _bars(axes, summary, tasks, series, value) -> None:
+def _bars(axes, summary, tasks, series, value, label) -> None:
+    """One bar series per agent and condition, each bar's value written above its error bar
+    (so that a bar of height 0 is seen to be there)."""
     by_key = {(g["task"], _series(g)): g for g in summary["groups"]}
     colours = _colours(series)
     step = BAR_GROUP_WIDTH / max(1, len(series))
@@ -62,6 +67,17 @@ def _bars(axes, summary, tasks, series, value) -> None:
             errors[1].append(high)
         offsets = [t - BAR_GROUP_WIDTH / 2 + step * (i + 0.5) for t in range(len(tasks))]
         axes.bar(offsets, heights, step, yerr=errors, capsize=3, label=name, color=colours[name])
+        for x, height, up in zip(offsets, heights, errors[1], strict=True):
+            if not math.isnan(height):
+                axes.annotate(
+                    label.format(height),
+                    (x, height + up),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
     axes.set_xticks(range(len(tasks)), tasks, fontsize="small")
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from task_harness.runner import BUILTIN_AGENTS, agent_slug
 
 CONDITIONS = ("no-skill", "skill")
-# Keys of reward.json that are not bugs: the weighted total and the anti-cheat gate.
-NON_BUG_KEYS = frozenset({"reward", "anti_cheat"})
+# Keys of reward.json that are not bugs (task_harness/verifier/verify.py): the weighted total and
+# the two gates, anti-cheat and the short training run ("learning", 1.0 also where no run is
+# measured, so as a fix rate it would read 100% for nop).
+NON_BUG_KEYS = frozenset({"reward", "anti_cheat", "learning"})
 # Harbor's exception for an agent stopped at its time limit (harbor/trial/errors.py).
 HARBOR_TIMEOUT = "AgentTimeoutError"
 

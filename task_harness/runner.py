@@ -143,14 +143,9 @@ def prepare_view(
     root: Path, built: Path, skill: bool, python_env: Path, agent_files: Path | None
 ) -> AgentView:
     """The agent's folders: the workspace (with the skill for --skill), home with the
-    instruction, tmp."""
-    if agent_files is not None:  # a copy the agent's user may read, whatever the folder's mode
-        copied = root / "files"
-        shutil.copytree(agent_files, copied, symlinks=True)
-        for path in [copied, *copied.rglob("*")]:
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-        agent_files = copied
+    instruction, tmp, and a copy of its own files."""
+    if agent_files is not None:
+        agent_files = readable_copy(agent_files, root / "agent-files")
     view = AgentView(root, python_env, agent_files)
     shutil.copytree(built / "environment" / "workspace", view.workspace)
     if skill:
@@ -160,6 +155,17 @@ def prepare_view(
     (root / "view").mkdir()
     shutil.copy(built / "instruction.md", root / "home" / "instruction.md")
     return view
+
+
+def readable_copy(source: Path, target: Path) -> Path:
+    """A copy of the agent's own files that the view's user can read (and run, where the owner
+    could): the caller's folder may be private to root, as pytest's temporary folders are."""
+    shutil.copytree(source, target, symlinks=True)
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+    return target
 
 
 def run_trial(

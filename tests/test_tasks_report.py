@@ -82,6 +82,13 @@ def test_summary_pairs_by_task_and_uses_the_median_time():
     assert low <= overall["reward"]["delta"] <= high
 
 
+def test_a_difference_that_rounds_to_zero_prints_as_plus_zero():
+    trials = [trial("t", "no-skill", 0.5, seconds=10.4), trial("t", "skill", 0.5, seconds=10.0)]
+    uplift = render_tables(summarise(trials)).split("skill uplift")[1]
+    assert "+0.000 [+0.000, +0.000]" in uplift and "+0 [+0, +0]" in uplift
+    assert "-0" not in uplift
+
+
 def test_full_pass_fix_rates_and_failures():
     total = 0.35 + 0.35 + 0.30  # a weighted sum as the verifier computes it
     trials = [
@@ -100,7 +107,7 @@ def test_local_results_keep_their_condition_and_name_command_agents(tmp_path):
     results = tmp_path / "results.jsonl"
     rows = [
         {"task": "t", "agent": "oracle", "condition": "no-skill", "trial": 0, "reward": 1.0,
-         "bugs": {"a": 1.0, "anti_cheat": 1.0}, "status": "ok", "seconds": 3.0},
+         "bugs": {"a": 1.0, "anti_cheat": 1.0, "learning": 1.0}, "status": "ok", "seconds": 3.0},
         {"task": "t", "agent": "/opt/bin/claude -p x", "condition": "skill", "trial": 0,
          "reward": 0.0, "bugs": {}, "status": "timeout", "seconds": 60.0},
     ]  # fmt: skip
@@ -160,6 +167,21 @@ def test_the_readme_shows_what_the_report_prints_on_the_recorded_run(tmp_path):
     )
 
 
+def test_the_readmes_recipe_uses_the_recorded_agent_and_real_options():
+    """The recipe that recorded the example (run verbatim from a clone): the scripted agent it
+    copies exists, and every option it gives `tasks run` and `tasks export` is one they have."""
+    (recipe,) = [block for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+                 if "partial-fixer" in block]  # fmt: skip
+    root = README.parent
+    for path in re.findall(r"tests/data/report-example/[\w-]+", recipe):
+        assert (root / path).is_file(), path
+    for name in ("run", "export", "report"):
+        options = {o for p in tasks.commands[name].params for o in p.opts + p.secondary_opts}
+        for line in re.findall(rf"grpo-check tasks {name} ((?:.*\\\n)*.*)", recipe):
+            used = set(re.findall(r"(?<!\S)--[\w-]+", line))
+            assert used <= options, (name, used - options)
+
+
 def test_without_matplotlib_the_tables_print_and_one_line_says_how_to_get_charts(
     tmp_path, monkeypatch
 ):
@@ -188,6 +210,9 @@ def test_chart_has_a_bar_per_condition_with_the_reward_and_its_interval(tmp_path
     times = {c.get_label() for c in time_axes.containers if hasattr(c, "patches")}
     assert times == set(bars)
     assert heat_axes.images, "the per-bug heat map is drawn"
+    figure.draw_without_rendering()  # run the constrained layout
+    # The heat map's long row labels take its own left margin, not the bar panels' as well.
+    assert reward_axes.get_position().x0 < 0.1 < heat_axes.get_position().x0
 
     png = write_chart(summary, tmp_path / "report.png")
     data = png.read_bytes()

@@ -88,7 +88,9 @@ def harbor_trial(
 
 
 def bugs(kl: float, eos: float) -> dict:
-    return {"reward": 0.5 * kl + 0.5 * eos, "kl_sign": kl, "first_eos_only": eos, "anti_cheat": 1.0}
+    """reward.json as the verifier writes it: the total, each bug, and the two gates."""
+    gates = {"anti_cheat": 1.0, "learning": 1.0}
+    return {"reward": 0.5 * kl + 0.5 * eos, "kl_sign": kl, "first_eos_only": eos} | gates
 
 
 def write_job(folder: Path, trials: list[dict], agent_skills: list[list[str]]) -> Path:

@@ -9,7 +9,15 @@ import pytest
 
 from task_harness.agent_env import agent_env
 from task_harness.report_data import load_local
-from task_harness.runner import AgentView, TrialResult, append_result, finished_trials, run_agent
+from task_harness.runner import (
+    AGENT_FILES,
+    AgentView,
+    TrialResult,
+    append_result,
+    finished_trials,
+    readable_copy,
+    run_agent,
+)
 from task_harness.verifier import jail
 
 
@@ -60,6 +68,23 @@ def test_agent_runs_in_its_workspace_with_placeholders(tmp_path):
     assert status == "ok"
     assert (view.workspace / "seen.txt").read_text() == "fix it"
     assert (view.workspace / "where.txt").read_text().strip() == "/app"
+
+
+@needs_jail
+def test_the_agents_own_files_are_shown_read_only(tmp_path):
+    """`agent_files` (`tasks run --agent-files`) appears at /opt/agent, and the agent cannot
+    change it."""
+    payload = tmp_path / "payload"
+    payload.mkdir(mode=0o700)  # private to root, as pytest's temporary folders are
+    (payload / "fix.txt").write_text("the fix")
+    view = _view(tmp_path)
+    view = AgentView(view.root, view.python_env, readable_copy(payload, tmp_path / "copy"))
+    command = f"cp {AGENT_FILES}/fix.txt . && (echo x > {AGENT_FILES}/fix.txt || echo refused > no)"
+    status, _ = run_agent(command, view, 30)
+    assert status == "ok"
+    assert (view.workspace / "fix.txt").read_text() == "the fix"
+    assert (view.workspace / "no").read_text().strip() == "refused"
+    assert (payload / "fix.txt").read_text() == "the fix"
 
 
 def test_results_are_appended_and_resume_skips_finished_trials(tmp_path):
