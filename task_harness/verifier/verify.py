@@ -203,9 +203,10 @@ class Children:
         except (OSError, plain.MalformedObservations) as error:
             return None, f"the trainer's observations are malformed: {error}"
 
-    def train(self, rule: dict) -> tuple[list[dict[str, float]], str]:
+    def train(self, rule: dict) -> tuple[list[dict[str, float]], str, bool]:
         """The per-step figures (reward, loss, KL) of the first steps of the training script, as
-        it prints them; and its last line."""
+        it prints them; its last line; and whether it ended by itself, with status 0, before
+        those steps (it reached its target sooner)."""
         process, _, _ = self.start(
             ["python", TRAIN_SCRIPT[self.family]],
             stdin=subprocess.DEVNULL,
@@ -224,10 +225,13 @@ class Children:
                 steps += _step_figures(line)
                 if len(steps) >= rule["steps"]:
                     break
+            ended_early = len(steps) < rule["steps"] and process.wait(timeout=60) == 0
+        except subprocess.TimeoutExpired:
+            ended_early = False
         finally:
             watchdog.cancel()
             self.stop(process)
-        return steps[: rule["steps"]], tail[:300]
+        return steps[: rule["steps"]], tail[:300], ended_early
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -271,18 +275,21 @@ BOUNDS = (
 )
 
 
-def learning_problems(steps: list[dict[str, float]], rule: dict, tail: str) -> list[str]:
+def learning_problems(
+    steps: list[dict[str, float]], rule: dict, tail: str, ended_early: bool = False
+) -> list[str]:
     """Empty when the short training run behaves as the fixed trainer does: over its last
     `window` steps the mean reward reaches `threshold`, and, where the task sets them, the mean
     loss stays at least `min_loss` and the mean KL at most `max_kl` (task.json "learning", set
-    from runs of the buggy and the fixed trainer)."""
-    if len(steps) < rule["steps"]:
+    from runs of the buggy and the fixed trainer). A run that reached its target and ended
+    before `steps` is judged on the last `window` steps it printed."""
+    if len(steps) < rule["steps"] and not (ended_early and len(steps) >= rule["window"]):
         return [
             f"the training script printed {len(steps)} step lines of the {rule['steps']} "
             f"watched (last line: {tail!r})"
         ]
     last = steps[-rule["window"] :]
-    where = f"steps {rule['steps'] - rule['window'] + 1}-{rule['steps']} of the training script"
+    where = f"steps {len(steps) - rule['window'] + 1}-{len(steps)} of the training script"
     problems = []
     for figure, key, side, meaning in BOUNDS:
         if key not in rule:
@@ -398,8 +405,8 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             learning = []
             log.append("=== Learning: no short-run threshold measured for this task ===")
         elif all(result.values()):
-            steps, tail = children.train(rule)
-            learning = learning_problems(steps, rule, tail)
+            steps, tail, ended_early = children.train(rule)
+            learning = learning_problems(steps, rule, tail, ended_early)
             log.append("=== Learning: the first steps of the training script ===")
             for figure in ("reward", "loss", "kl"):
                 if any(figure in step for step in steps):

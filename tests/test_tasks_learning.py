@@ -1,0 +1,54 @@
+"""The verifier's short training run: the rules that tell a fixed trainer's first steps from a
+buggy one's, on the log lines `train.py` prints."""
+
+from __future__ import annotations
+
+from task_harness.verifier.verify import _step_figures, learning_problems
+
+RULE = {"steps": 40, "window": 10, "threshold": 0.3}
+
+
+def _steps(n: int, reward: float, loss: float = 0.02, kl: float | None = None) -> list[dict]:
+    row = {"reward": reward, "loss": loss} | ({} if kl is None else {"kl": kl})
+    return [dict(row) for _ in range(n)]
+
+
+def test_a_step_line_gives_its_figures_and_other_lines_none():
+    line = "step   3  reward 0.055  loss +0.0123  length 2.00  kl 0.0011\n"
+    assert _step_figures(line) == [{"reward": 0.055, "loss": 0.0123, "kl": 0.0011}]
+    assert _step_figures("reached target: True after 39 steps") == []
+
+
+def test_a_run_that_learns_passes_and_one_that_does_not_fails():
+    assert learning_problems(_steps(40, 0.7), RULE, "") == []
+    (problem,) = learning_problems(_steps(40, 0.06), RULE, "")
+    assert "mean reward 0.060" in problem and "does not learn" in problem
+
+
+def test_a_task_rule_on_the_loss_catches_a_run_whose_reward_still_rises():
+    """ref-kl-masking's KL sign bug: the reward rises, the loss goes negative."""
+    rule = RULE | {"min_loss": -0.1}
+    assert learning_problems(_steps(40, 0.66, loss=0.18), rule, "") == []
+    (problem,) = learning_problems(_steps(40, 0.60, loss=-0.39), rule, "")
+    assert "mean loss -0.390" in problem
+
+
+def test_a_task_rule_on_the_kl_needs_the_kl_printed():
+    rule = RULE | {"max_kl": 1.4}
+    assert learning_problems(_steps(40, 0.7, kl=0.96), rule, "") == []
+    assert "mean kl 1.920" in learning_problems(_steps(40, 0.7, kl=1.92), rule, "")[0]
+    assert "kl missing" in learning_problems(_steps(40, 0.7), rule, "")[0]
+
+
+def test_a_run_that_reached_its_target_early_is_judged_on_what_it_printed():
+    assert learning_problems(_steps(39, 0.9), RULE, "reached target", ended_early=True) == []
+    (cut_short,) = learning_problems(_steps(39, 0.9), RULE, "Killed")
+    assert "printed 39 step lines of the 40" in cut_short
+    (too_short,) = learning_problems(_steps(5, 0.9), RULE, "reached target", ended_early=True)
+    assert "printed 5 step lines" in too_short
+
+
+def test_non_finite_figures_fail():
+    steps = _steps(40, 0.7)
+    steps[-1]["reward"] = float("nan")
+    assert "not finite" in learning_problems(steps, RULE, "")[0]
