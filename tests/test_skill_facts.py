@@ -447,9 +447,21 @@ CLAIMS = [
         "SKILL.md", "`cispo` recommends 5.0", lambda: "recommended value is `5.0`" in CONFIG_SOURCE
     ),
     # Paper values: only their consistency with TRL's defaults can be checked offline.
-    Claim("algorithm", "ε_high = 0.28 > ε_low = 0.2", lambda: DEFAULTS["epsilon"] == 0.2),
-    Claim("SKILL.md", "DAPO's clip-higher uses 0.28", lambda: DEFAULTS["epsilon"] < 0.28),
-    Claim("algorithm", "(the paper\nuses about 3e-4 and 4e-4)", lambda: DEFAULTS["epsilon"] > 4e-4),
+    Claim(
+        "algorithm",
+        "ε_high = 0.28 > ε_low = 0.2",
+        lambda: "Paper DAPO recommends `0.28`" in CONFIG_SOURCE and DEFAULTS["epsilon"] == 0.2,
+    ),
+    Claim(
+        "SKILL.md",
+        "DAPO's clip-higher uses 0.28",
+        lambda: "Paper DAPO recommends `0.28`" in CONFIG_SOURCE and DEFAULTS["epsilon"] < 0.28,
+    ),
+    Claim(
+        "algorithm",
+        "(the paper\nuses about 3e-4 and 4e-4, its §5.1)",
+        lambda: DEFAULTS["epsilon"] > 4e-4,
+    ),
     # Aggregation, on TRL's own _compute_loss and on reference_impl.
     Claim(
         "SKILL.md",
@@ -1272,3 +1284,20 @@ def test_grpo_check_reference_matches_the_cli():
     assert "[--write conventions.yaml]" in text and "--write" in options["profile"]
     # Stage names: the loop table's, which the CLI accepts.
     assert set(options["check"]["--stage"].type.choices) == set(STAGES)
+
+
+def test_every_metric_the_skill_names_is_logged_by_trl():
+    logged = set(re.findall(r'_metrics\[mode\]\[f?"([^"]+)"\]', TRAINER_TEXT))
+    logged = {re.sub(r"\{\w+\}", "<func>", name) for name in logged}
+    metric = re.compile(
+        r"`((?:completions|sampling|clip_ratio|rewards)/[\w/<>]+|frac_reward_zero_std|reward_std)`"
+    )
+    named = {name for text in TEXT.values() for name in metric.findall(text)}
+    assert (
+        "completions/clipped_ratio" in named and "sampling/importance_sampling_ratio/mean" in named
+    )
+    assert named <= logged, named - logged
+    # The metrics table's shorthand `high_mean`, `region_mean` are clip_ratio/ metrics.
+    row = next(line for line in TEXT["internals"].splitlines() if "`clip_ratio/low_mean`" in line)
+    for short in re.findall(r"`(\w+_mean)`", row):
+        assert f"clip_ratio/{short}" in logged
