@@ -11,7 +11,9 @@ A claim whose text is no longer in the skill fails too, so the table cannot sile
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import inspect
 import math
 import re
@@ -323,6 +325,14 @@ class Claim:
     holds: Callable[[], bool]
 
 
+def holds(claim: Claim) -> bool:
+    """Run the claim's check; a check that takes an argument gets the claim's text, from which
+    it reads the numbers it recomputes (so the test copies no value from the text under test)."""
+    if inspect.signature(claim.holds).parameters:
+        return claim.holds(claim.text)
+    return claim.holds()
+
+
 def close(value: float, target: float, tol: float = 1e-4) -> bool:
     return abs(value - target) <= tol
 
@@ -437,9 +447,21 @@ CLAIMS = [
         "SKILL.md", "`cispo` recommends 5.0", lambda: "recommended value is `5.0`" in CONFIG_SOURCE
     ),
     # Paper values: only their consistency with TRL's defaults can be checked offline.
-    Claim("algorithm", "ε_high = 0.28 > ε_low = 0.2", lambda: DEFAULTS["epsilon"] == 0.2),
-    Claim("SKILL.md", "DAPO's clip-higher uses 0.28", lambda: DEFAULTS["epsilon"] < 0.28),
-    Claim("algorithm", "(the paper\nuses about 3e-4 and 4e-4)", lambda: DEFAULTS["epsilon"] > 4e-4),
+    Claim(
+        "algorithm",
+        "ε_high = 0.28 > ε_low = 0.2",
+        lambda: "Paper DAPO recommends `0.28`" in CONFIG_SOURCE and DEFAULTS["epsilon"] == 0.2,
+    ),
+    Claim(
+        "SKILL.md",
+        "DAPO's clip-higher uses 0.28",
+        lambda: "Paper DAPO recommends `0.28`" in CONFIG_SOURCE and DEFAULTS["epsilon"] < 0.28,
+    ),
+    Claim(
+        "algorithm",
+        "(the paper\nuses about 3e-4 and 4e-4, its §5.1)",
+        lambda: DEFAULTS["epsilon"] > 4e-4,
+    ),
     # Aggregation, on TRL's own _compute_loss and on reference_impl.
     Claim(
         "SKILL.md",
@@ -523,7 +545,7 @@ CLAIMS = [
 @pytest.mark.parametrize("claim", CLAIMS, ids=[f"{c.file}:{c.text[:40]}" for c in CLAIMS])
 def test_claim_is_in_the_skill_and_true(claim):
     assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
-    assert claim.holds(), f"claim is false: {claim.text!r}"
+    assert holds(claim), f"claim is false: {claim.text!r}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -614,33 +636,82 @@ def kl_gradients_match_to_5_decimals() -> bool:
     )
 
 
-def length_correlated_losses(positive_first: bool) -> dict[str, float]:
-    """TRL loss per loss_type for A = ±0.707 on completions of 10 and 30 tokens, on policy, beta 0.
+def fused_head_rounds_only_the_logits() -> bool:
+    """TRL 1.16's ChunkedLogProbFunction under CPU bf16 autocast: equal (to fp32 precision) to an
+    fp32 log-softmax of bf16-projected logits, and far from the all-fp32 result."""
+    from trl.kernels import ChunkedLogProbFunction
 
-    positive_first: the 10-token completion has A = +0.707 (the shorter answer is the better one).
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(6, 16, generator=generator)
+    weight = torch.randn(37, 16, generator=generator)
+    targets = torch.randint(0, 37, (6,), generator=generator)
+    temperature = 0.7
+
+    def reference(logits: torch.Tensor) -> torch.Tensor:
+        scaled = logits.double() / temperature
+        return torch.log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = ChunkedLogProbFunction.apply(hidden, weight, None, targets, temperature, 8)[0]
+    plain = ChunkedLogProbFunction.apply(hidden, weight, None, targets, temperature, 8)[0]
+    bf16_logits = torch.mm(hidden.bfloat16(), weight.bfloat16().t())  # bf16 output, as the tile
+    return (
+        torch.allclose(fused.double(), reference(bf16_logits), atol=1e-5)
+        and (fused.double() - reference(hidden @ weight.t())).abs().max() > 1e-3
+        and torch.allclose(plain.double(), reference(hidden @ weight.t()), atol=1e-5)
+    )
+
+
+def length_correlated_losses(
+    positive_first: bool,
+    advantage: float | None = None,
+    lengths: tuple[int, int] = (10, 30),
+    max_completion_length: int | None = None,
+) -> dict[str, float]:
+    """TRL loss per loss_type for A = ±advantage (default ±1/sqrt(2), the G = 2 advantage of
+    rewards [0, 1]) on two completions of the given lengths, on policy, beta 0.
+
+    positive_first: the first (shorter) completion has A > 0 (the shorter answer is the better one).
     """
-    mask = torch.zeros(2, 30, dtype=torch.long)
-    mask[0, :10] = 1
-    mask[1, :] = 1
+    if advantage is None:
+        advantage = compute_advantages(torch.tensor([0.0, 1.0]), 2)[1].item()
+    width = max_completion_length or max(lengths)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
     sign = 1.0 if positive_first else -1.0
-    advantages = torch.tensor([0.707 * sign, -0.707 * sign])
+    advantages = torch.tensor([advantage * sign, -advantage * sign])
     losses = {}
     for loss_type in ("dapo", "bnpo", "dr_grpo", "grpo"):
-        logps = torch.zeros(2, 30, requires_grad=True)
+        logps = torch.zeros(2, width, requires_grad=True)
         losses[loss_type] = trl_loss(
-            loss_type, logps, advantages, mask, max_completion_length=30
+            loss_type, logps, advantages, mask, max_completion_length=width
         ).item()
     return losses
 
 
-def length_losses_are_as_stated() -> bool:
-    shorter_better = length_correlated_losses(positive_first=True)
-    longer_better = length_correlated_losses(positive_first=False)
-    expected = {"dapo": 0.354, "bnpo": 0.354, "dr_grpo": 0.236, "grpo": 0.0}
-    return all(
-        close(shorter_better[t], v, 5e-4) and close(longer_better[t], -v, 5e-4)
-        for t, v in expected.items()
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def length_losses_are_as_stated(text: str) -> bool:
+    """The text's inputs (A, the two lengths, max_completion_length) and its stated dapo/bnpo and
+    dr_grpo values are read from the claim; the losses are TRL's; grpo must give 0."""
+    found = re.search(
+        rf"A = ±{NUMBER}.*?lengths {NUMBER} and {NUMBER}.*?±{NUMBER}.*?`dr_grpo` ±{NUMBER} "
+        rf"with `max_completion_length={NUMBER}`",
+        text,
+        re.S,
     )
+    advantage, short, long, dapo, dr_grpo, width = (float(x) for x in found.groups())
+    assert advantage == round(compute_advantages(torch.tensor([0.0, 1.0]), 2)[1].item(), 3)
+    stated = {"dapo": dapo, "bnpo": dapo, "dr_grpo": dr_grpo, "grpo": 0.0}
+    for positive_first, sign in ((True, 1.0), (False, -1.0)):
+        losses = length_correlated_losses(
+            positive_first, advantage, (int(short), int(long)), int(width)
+        )
+        if not all(close(losses[t], sign * v, 5e-4) for t, v in stated.items()):
+            return False
+    return True
 
 
 def bnpo_and_dapo_accumulation() -> dict[str, tuple[float, float]]:
@@ -668,6 +739,46 @@ def bnpo_and_dapo_accumulation() -> dict[str, tuple[float, float]]:
             ).item()
         results[loss_type] = (one_batch, accumulated)
     return results
+
+
+def value(text: str) -> float:
+    """`4/3` or `1.5` as a float."""
+    numerator, _, denominator = text.partition("/")
+    return float(numerator) / float(denominator or 1)
+
+
+def bnpo_accumulation_as_stated(text: str) -> bool:
+    """Per-token losses (one constant per row) and the two stated bnpo values, read from the text;
+    TRL's `_compute_loss` gives the values for one batch and for one micro-batch per row."""
+    found = re.search(
+        r"(\[\[[\d, \[\]]+\]\]) give ([\d/.]+) (?:in|as) one\s+batch but ([\d/.]+) accumulated",
+        text,
+    )
+    rows = ast.literal_eval(found.group(1))
+    one_batch_stated, accumulated_stated = value(found.group(2)), value(found.group(3))
+    width = max(len(row) for row in rows)
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    advantages = torch.tensor([-float(row[0]) for row in rows])  # on policy, per-token loss = -A
+    assert all(len(set(row)) == 1 for row in rows)
+    tokens = int(mask.sum())
+    one_batch = trl_loss("bnpo", torch.zeros(len(rows), width), advantages, mask).item()
+    accumulated = sum(
+        trl_loss(
+            "bnpo",
+            torch.zeros(1, width),
+            advantages[i : i + 1],
+            mask[i : i + 1],
+            num_items=tokens,
+            grad_accum=len(rows),
+            steps_per_generation=len(rows),
+        ).item()
+        for i in range(len(rows))
+    )
+    return (
+        close(one_batch, one_batch_stated, 1e-6)
+        and close(accumulated, accumulated_stated, 1e-6)
+        and not close(one_batch, accumulated, 1e-3)
+    )
 
 
 def old_logps_computed_with_vllm_correction() -> bool:
@@ -700,7 +811,10 @@ ISSUE_11_CLAIMS = [
     Claim(
         "internals",
         "With the default `dapo` it is minus the token-weighted mean advantage (plus β·KL)",
-        lambda: DEFAULTS["loss_type"] == "dapo" and length_losses_are_as_stated(),
+        lambda: (
+            DEFAULTS["loss_type"] == "dapo"
+            and length_losses_are_as_stated(TEXT["playbook"].split("### The loss is 0")[1])
+        ),
     ),
     Claim(
         "SKILL.md",
@@ -719,16 +833,10 @@ ISSUE_11_CLAIMS = [
     ),
     Claim(
         "internals",
-        "The\ntiles are computed in the autocast dtype (bf16 under the default `bf16=True`) unless\n"
-        "`cast_lm_head_to_fp32=True`; only the running accumulators (max, sum of exponentials, target\n"
-        "logit) are fp32.",
-        lambda: (
-            "torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)"
-            in CHUNKED_LOGPROB_SOURCE
-            and "target_logit = torch.zeros((N,), device=device, dtype=torch.float32)"
-            in CHUNKED_LOGPROB_SOURCE
-            and DEFAULTS["cast_lm_head_to_fp32"] is False
-        ),
+        "logit tiles come out of the projection in the autocast dtype (bf16 under the default\n"
+        "`bf16=True`) unless `cast_lm_head_to_fp32=True`, so they carry bf16 rounding; each tile is then\n"
+        "cast to fp32 for the temperature scaling and the exponentials",
+        lambda: DEFAULTS["cast_lm_head_to_fp32"] is False and fused_head_rounds_only_the_logits(),
     ),
     Claim(
         "internals",
@@ -743,10 +851,7 @@ ISSUE_11_CLAIMS = [
     Claim(
         "playbook",
         "per-token losses [[1, 1], [2]] give 4/3 in one\n  batch but 1.5 accumulated",
-        lambda: (
-            close(bnpo_and_dapo_accumulation()["bnpo"][0], 4 / 3, 1e-6)
-            and close(bnpo_and_dapo_accumulation()["bnpo"][1], 1.5, 1e-6)
-        ),
+        bnpo_accumulation_as_stated,
     ),
     Claim(
         "playbook",
@@ -757,7 +862,7 @@ ISSUE_11_CLAIMS = [
     Claim(
         "algorithm",
         "per-token losses [[1, 1], [2]] give 4/3 as one batch but 1.5 accumulated",
-        lambda: bnpo_and_dapo_accumulation()["bnpo"] == pytest.approx((4 / 3, 1.5)),
+        bnpo_accumulation_as_stated,
     ),
     Claim(
         "SKILL.md",
@@ -780,6 +885,62 @@ ISSUE_11_CLAIMS = [
     ),
 ]
 
+
+def ref_sync_as_stated(text: str) -> bool:
+    """Steps and alpha read from the text equal GRPOConfig's defaults, and TRL's callback mixes
+    ref = alpha * policy + (1 - alpha) * ref."""
+    from trl.trainer.callbacks import SyncRefModelCallback
+
+    steps, alpha = re.search(r"\(([\d]+)\) optimizer steps.*?\(([\d.]+)\)", text, re.S).groups()
+    config = built_config()
+    if (config.ref_model_sync_steps, config.ref_model_mixup_alpha) != (int(steps), float(alpha)):
+        return False
+    policy, ref = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    before = ref.weight.detach().clone()
+    SyncRefModelCallback._sync_target_model(policy, ref, config.ref_model_mixup_alpha)
+    a = float(alpha)
+    return torch.allclose(ref.weight, a * policy.weight + (1 - a) * before)
+
+
+LATER_CLAIMS = [
+    Claim(
+        "internals",
+        "then every `ref_model_sync_steps` (512) optimizer steps `SyncRefModelCallback` sets\n"
+        "  ref = α·policy + (1 − α)·ref with α = `ref_model_mixup_alpha` (0.6)",
+        ref_sync_as_stated,
+    ),
+    Claim(
+        "playbook",
+        "(unless the\n  trainer syncs it on purpose, as TRL does with `sync_ref_model=True`)",
+        lambda: "self.add_callback(SyncRefModelCallback(" in TRAINER_TEXT,
+    ),
+    Claim(
+        "algorithm",
+        "and always with `use_vllm=True` while\n`vllm_importance_sampling_correction=True` (its default)",
+        old_logps_computed_with_vllm_correction,
+    ),
+    Claim(
+        "SKILL.md",
+        "(`num_iterations=1`, the default, without vLLM) TRL does not store old\n  log-probs",
+        lambda: DEFAULTS["num_iterations"] == 1 and old_logps_computed_with_vllm_correction(),
+    ),
+    Claim(
+        "SKILL.md",
+        "TRL 1.16 under `bf16=True` projects the logits in bf16\n  (the softmax arithmetic is fp32) "
+        "unless `cast_lm_head_to_fp32=True`",
+        lambda: built_config().bf16 is True and fused_head_rounds_only_the_logits(),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "claim", LATER_CLAIMS, ids=[f"{c.file}:{c.text[:40]}" for c in LATER_CLAIMS]
+)
+def test_audit_claim_is_in_the_skill_and_true(claim):
+    assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
+    assert holds(claim), f"claim is false: {claim.text!r}"
+
+
 # The wrong statements of issue 11, exactly as the old text had them.
 REMOVED = [
     ("algorithm", "It is the\nGRPO paper's choice and TRL's"),
@@ -801,6 +962,22 @@ REMOVED = [
     ("SKILL.md", "KL penalty, comes from PPO"),
     ("internals", "the gathered one has N = b·S·P rows"),
     ("playbook", "with no hidden top-k"),
+    # Found in the audit of the first fix.
+    ("SKILL.md", "Its target range is TRL 0.17 to 1.16; 1.16 is the release it is validated on"),
+    ("grpo-check", "On another release a failure that names a missing attribute or config field"),
+    (
+        "algorithm",
+        "(`steps_per_generation` larger than the accumulation steps), ℓ^old is computed once",
+    ),
+    (
+        "internals",
+        "only the running accumulators (max, sum of exponentials, target\nlogit) are fp32",
+    ),
+    (
+        "internals",
+        "0.14 and 0.15 have no `top_k` field and build their `GenerationConfig` without it,\n  so transformers' default of 50 applies; 0.17 sets",
+    ),
+    ("internals", "`_generate_and_score_completions` up to 0.17 and in `_calculate_rewards`"),
 ]
 
 
@@ -809,7 +986,7 @@ REMOVED = [
 )
 def test_issue_11_claim_is_in_the_skill_and_true(claim):
     assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
-    assert claim.holds(), f"claim is false: {claim.text!r}"
+    assert holds(claim), f"claim is false: {claim.text!r}"
 
 
 @pytest.mark.parametrize("file,phrase", REMOVED, ids=[f"{f}:{p[:40]}" for f, p in REMOVED])
@@ -837,17 +1014,64 @@ def test_skill_has_no_dangling_catalog_identifiers():
         assert not re.findall(r"\b[BT]\d\d\b", text), name
 
 
+def commands_in_code_blocks(text: str, program: str) -> list[str]:
+    """Indented (4-space) code lines of `text` that run `program`, in order."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.startswith("    ") and line.strip().startswith(program + " ")
+    ]
+
+
 def test_skill_md_reaches_vendored_forks_and_sandboxes():
     text = TEXT["SKILL.md"]
-    assert "grpo-check ./trl" in text and "`grpo-check trl` checks\nthe installed TRL" in text
+    commands = commands_in_code_blocks(text, "grpo-check")
+    # The first example an agent copies must check the fork in front of it, not the installed TRL.
+    assert commands[0].split()[:2] == ["grpo-check", "./trl"], commands
+    assert "`grpo-check trl` checks\nthe installed TRL, not the fork" in text
     assert "pip install grpo-skill" in text and "`make demo`" in text and "pip install -e ." in text
-    assert "Its target range is TRL 0.17 to 1.16" in text
     assert "python scripts/grpo_probe.py --trl ./trl" in text
     assert (SKILL / "scripts" / "grpo_probe.py").is_file()
     assert len(text.splitlines()) < 300
     # The CLI options and YAML format live in the grpo-check reference, not in SKILL.md.
     assert "functions:\n" not in text and "functions:\n" in TEXT["grpo-check"]
     assert "--junit-xml" in TEXT["grpo-check"]
+
+
+def test_supported_trl_range_is_the_checkers():
+    """SKILL.md and grpo-check.md state the range `checker.adapters.trl_version` enforces."""
+    from checker.adapters import trl_version
+
+    low, high = (".".join(map(str, v)) for v in (trl_version.OLDEST, trl_version.NEWEST))
+    assert (
+        f"It drives TRL {low} to {high} (1.15 only where triton is installed)" in TEXT["SKILL.md"]
+    )
+    assert f"drives every TRL release from {low} to {high}" in TEXT["grpo-check"]
+    assert trl_version.unsupported_reason(f"{low}.0") is None
+    assert trl_version.unsupported_reason(f"{high}.0") is None
+    for outside in ("0.16.1", "1.17.0"):
+        assert "is not supported" in trl_version.unsupported_reason(outside)
+    if importlib.util.find_spec("triton") is None:
+        assert "triton" in trl_version.unsupported_reason("1.15.0")
+
+
+def test_grpo_check_refuses_an_older_release_with_one_line():
+    """'on any other release it exits 2 with one line naming the supported range'."""
+    import subprocess
+    import sys
+
+    from trl_releases import trl_release_path
+
+    assert (
+        "on any other release it exits\n2 with one line naming the supported range"
+        in TEXT["SKILL.md"]
+    )
+    executable = Path(sys.executable).with_name("grpo-check")
+    command = [str(executable), str(trl_release_path("0.14.0"))]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert "0.17.0 to 1.16" in result.stderr
 
 
 def test_description_names_variants_and_the_reward_contract():
@@ -887,11 +1111,45 @@ QUESTION_CLAIMS = [
     ),
     Claim(
         "playbook",
-        '(`vllm_importance_sampling_mode="sequence_mask"`, upper bound 3.0)',
+        '`vllm_importance_sampling_mode="sequence_mask"` a sequence whose weight is above 3.0 gets 0\n'
+        "  (no lower bound: `vllm_importance_sampling_clip_min` is None)",
         lambda: (
             DEFAULTS["vllm_importance_sampling_mode"] == "sequence_mask"
             and built_config().vllm_importance_sampling_clip_max == 3.0
+            and built_config().vllm_importance_sampling_clip_min is None
+            and "invalid_mis_mask, value=0.0" in TRAINER_TEXT
         ),
+    ),
+    Claim(
+        "playbook",
+        "weights each sequence's loss by\n  `exp(Σ_t (trainer − vLLM) log-probs)`",
+        lambda: (
+            "per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps) * mask"
+            in TRAINER_TEXT
+            and "per_sequence_logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)"
+            in TRAINER_TEXT
+            and 'per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]'
+            in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "playbook",
+        "the `kl` metric (logged only when `beta` is not 0)",
+        lambda: (
+            'if self.beta != 0.0:\n            self._metrics[mode]["kl"].append(' in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "playbook",
+        "an epsilon of `1e4` instead of `1e-4` shrinks them about\n  1e4 times",
+        lambda: (
+            5e3 < (advantages_with_epsilon(1e-4)[1] / advantages_with_epsilon(1e4)[1]).item() < 5e4
+        ),
+    ),
+    Claim(
+        "playbook",
+        "`frac_reward_zero_std` first: at 1 every group is constant and every advantage is 0",
+        lambda: compute_advantages(torch.tensor([0.3, 0.3, 1.0, 1.0]), 2).abs().max() < 1e-3,
     ),
     Claim(
         "playbook",
@@ -948,7 +1206,7 @@ QUESTION_CLAIMS = [
     ),
     Claim(
         "playbook",
-        "Returning a list of another length raises a ValueError.",
+        "Returning a list of another length raises\n  a ValueError.",
         lambda: (
             "if len(output_reward_func) != len(prompts):\n                        raise ValueError("
             in TRAINER_TEXT
@@ -967,4 +1225,79 @@ QUESTION_CLAIMS = [
 )
 def test_question_claim_is_in_the_playbook_and_true(claim):
     assert claim.text in TEXT[claim.file], f"claim no longer in {claim.file}: {claim.text!r}"
-    assert claim.holds(), f"claim is false: {claim.text!r}"
+    assert holds(claim), f"claim is false: {claim.text!r}"
+
+
+def test_every_question_is_symptom_cause_check_fix():
+    """Each entry of the playbook's questions section has the four parts, in order."""
+    section = TEXT["playbook"].split("\n## questions\n", 1)[1]
+    entries = re.split(r"^### ", section, flags=re.MULTILINE)[1:]
+    titles = [entry.splitlines()[0] for entry in entries]
+    assert len(entries) == 9, titles
+    for entry in entries:
+        positions = [entry.find(f"- **{part}") for part in ("Symptom.", "Cause.", "Check.", "Fix")]
+        assert -1 not in positions and positions == sorted(positions), entry.splitlines()[0]
+    # The questions of issue 11, each with its entry.
+    for topic in (
+        "loss is 0, negative, or rising",
+        "reward is flat",
+        "truncated (`completions/clipped_ratio` near 1)",
+        "KL is large at step 0",
+        "divisible by num_generations",
+        "vLLM: server or colocate",
+        "Out of memory",
+        "LoRA / PEFT",
+        "reward-function signature",
+    ):
+        assert any(topic in title for title in titles), topic
+
+
+# ---------------------------------------------------------------------------------------------
+# grpo-check.md: every option and default it names is the CLI's.
+
+
+def test_grpo_check_reference_matches_the_cli():
+    from checker.candidate import KINDS
+    from checker.check_cli import check, profile
+
+    text = TEXT["grpo-check"]
+    options = {
+        command.name: {opt: param for param in command.params for opt in param.opts}
+        for command in (check, profile)
+    }
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text))
+    known = set(options["check"]) | set(options["profile"])
+    assert named <= known, named - known
+    line = re.search(r"--kind trl +# force how TARGET is read: (.*)", text).group(1)
+    assert tuple(line.split(", ")) == KINDS
+    defaults = re.search(r"--seed (\d+) --timeout (\d+) --workers (\d+) +# the defaults", text)
+    seed, timeout, workers = (int(x) for x in defaults.groups())
+    assert options["check"]["--seed"].default == seed
+    assert options["check"]["--timeout"].default == timeout
+    assert options["check"]["--workers"].default == workers
+    assert (options["check"]["--workers"].type.min, options["check"]["--workers"].type.max) == (
+        1,
+        2,
+    )
+    profile_timeout = re.search(r"\[--timeout (\d+)\]", text).group(1)
+    assert options["profile"]["--timeout"].default == float(profile_timeout)
+    assert "[--write conventions.yaml]" in text and "--write" in options["profile"]
+    # Stage names: the loop table's, which the CLI accepts.
+    assert set(options["check"]["--stage"].type.choices) == set(STAGES)
+
+
+def test_every_metric_the_skill_names_is_logged_by_trl():
+    logged = set(re.findall(r'_metrics\[mode\]\[f?"([^"]+)"\]', TRAINER_TEXT))
+    logged = {re.sub(r"\{\w+\}", "<func>", name) for name in logged}
+    metric = re.compile(
+        r"`((?:completions|sampling|clip_ratio|rewards)/[\w/<>]+|frac_reward_zero_std|reward_std)`"
+    )
+    named = {name for text in TEXT.values() for name in metric.findall(text)}
+    assert (
+        "completions/clipped_ratio" in named and "sampling/importance_sampling_ratio/mean" in named
+    )
+    assert named <= logged, named - logged
+    # The metrics table's shorthand `high_mean`, `region_mean` are clip_ratio/ metrics.
+    row = next(line for line in TEXT["internals"].splitlines() if "`clip_ratio/low_mean`" in line)
+    for short in re.findall(r"`(\w+_mean)`", row):
+        assert f"clip_ratio/{short}" in logged

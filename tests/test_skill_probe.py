@@ -175,3 +175,53 @@ def test_release_folders_import_under_their_environment():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["0.17.0", "4.57.6"]
+
+
+@pytest.mark.parametrize(
+    "old,new,failing",
+    [
+        # sign flip in the kernel's last line: both checks fail in both dtypes
+        (
+            "logprobs = target_logit - log_z",
+            "logprobs = log_z - target_logit",
+            [
+                "float32: every value <= 0",
+                "float32: equals",
+                "bfloat16: every value <= 0",
+                "bfloat16: equals",
+            ],
+        ),
+        # temperature dropped from the kernel: values stay <= 0 but no longer match at T = 0.7
+        ('"inv_t": 1 / temperature,', '"inv_t": 1.0,', ["float32: equals", "bfloat16: equals"]),
+    ],
+    ids=["sign", "temperature"],
+)
+def test_probe_checks_the_fused_head_kernel_of_trl_1_16(tmp_path, old, new, failing):
+    """TRL 1.16's GRPOTrainer never calls selective_log_softmax: the probe must test the kernel."""
+    root = tmp_path / "trl"
+    shutil.copytree(trl_release_path("1.16.0") / "trl", root / "trl")
+    kernel = root / "trl" / "kernels" / "chunked_logprob.py"
+    stock = run_probe("--trl", str(root))
+    assert stock.returncode == 0, stock.stdout + stock.stderr
+    assert "ChunkedLogProbFunction" in stock.stdout and "selective_log_softmax" not in stock.stdout
+    patch(kernel, old, new)
+    result = run_probe("--trl", str(root))
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [
+        line for line in lines_with(result.stdout, "FAIL") if "ChunkedLogProbFunction" in line
+    ]
+    assert len(failed) == len(failing) == len(lines_with(result.stdout, "FAIL")), result.stdout
+    for fragment in failing:
+        assert any(fragment in line for line in failed), (fragment, result.stdout)
+
+
+def test_probe_on_trl_1_15_skips_a_kernel_it_cannot_import():
+    """TRL 1.15's kernel module imports triton, which a CPU torch lacks: SKIP, not a crash."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        pytest.skip("triton is installed: the kernel imports")
+    result = run_probe("--trl", str(trl_release_path("1.15.0")), env=import_environment("1.15.0"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SKIP  logprobs: cannot import the fused head's kernel" in result.stdout
+    assert len([line for line in lines_with(result.stdout, "PASS") if "advantages" in line]) == 2

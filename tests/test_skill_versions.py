@@ -130,3 +130,208 @@ def test_rewards_and_generation_helpers_move_as_stated():
     assert "def _calculate_rewards(" in source("0.19.1", "grpo_trainer.py")
     assert "def _generate_single_turn(" not in source("0.23.1", "grpo_trainer.py")
     assert "def _generate_single_turn(" in source("0.26.2", "grpo_trainer.py")
+
+
+# ---------------------------------------------------------------------------------------------
+# The "History of the semantics" table: each boundary it states, on the releases either side.
+# The family releases above plus the first release of each minor version the table names.
+BOUNDARY_RELEASES = (
+    "0.16.0",
+    "0.18.0",
+    "0.19.0",
+    "0.22.0",
+    "0.24.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.28.0",
+    "1.5.1",
+    "1.6.0",
+    "1.9.0",
+    "1.10.0",
+    "1.15.0",
+)
+
+
+def parsed(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def history() -> dict[str, tuple[str, str]]:
+    return {row[0]: (row[1], row[2]) for row in table("History of the semantics")}
+
+
+def releases_around(boundary: str) -> tuple[str, str]:
+    """(the last checked release before `boundary`, the first at or after it)."""
+    known = sorted(set(RELEASES) | set(BOUNDARY_RELEASES), key=parsed)
+    before = [v for v in known if parsed(v) < parsed(boundary)]
+    after = [v for v in known if parsed(v) >= parsed(boundary)]
+    assert after and parsed(after[0])[:2] == parsed(boundary)[:2], f"no {boundary} release checked"
+    return before[-1], after[0]
+
+
+# History rows whose TRL 1.16 cell is `VALUE (from vX.Y...)`: the default as written in
+# grpo_config.py changes exactly there (VALUE from X.Y's first release on, not before).
+DEFAULT_ROWS = {
+    "`loss_type` default": "loss_type",
+    "`beta` default": "beta",
+    "`temperature` default": "temperature",
+    "`scale_rewards`": "scale_rewards",
+    "`max_completion_length` default": "max_completion_length",
+    "`use_bias_correction_kl`": "use_bias_correction_kl",
+    "`top_k`": "top_k",
+}
+
+
+@pytest.mark.parametrize("item", list(DEFAULT_ROWS))
+def test_history_default_changes_where_the_table_says(item):
+    field = DEFAULT_ROWS[item]
+    _, now = history()[item]
+    found = re.match(r"(\S+) \(from v(\d+\.\d+)", now)
+    value, boundary = found.group(1), found.group(2) + ".0"
+    before, first = releases_around(boundary)
+    assert config_default(first, field) == value, (first, field)
+    assert config_default(before, field) != value, (before, field)
+    assert config_default("1.16.0", field) == value
+
+
+def test_history_older_values():
+    rows = history()
+    assert (
+        'v0.14-v0.15 normalised like `grpo`, v0.16 like `bnpo`); "bnpo" in v0.17-v0.21'
+        in rows["`loss_type` default"][0]
+    )
+    for version in ("0.14.0", "0.15.2", "0.16.0"):
+        assert config_default(version, "loss_type") == "—"
+    for version in ("0.14.0", "0.15.2"):  # mean over sequences of each sequence's token mean
+        assert (
+            "loss = ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()"
+            in source(version, "grpo_trainer.py")
+        )
+    assert (  # one token mean over the batch
+        "loss = (per_token_loss * completion_mask).sum() / completion_mask.sum()"
+        in source("0.16.0", "grpo_trainer.py")
+    )
+    assert {config_default(v, "loss_type") for v in ("0.17.0", "0.21.0")} == {'"bnpo"'}
+    assert "0.04 in v0.14-v0.18" in rows["`beta` default"][0]
+    assert {config_default(v, "beta") for v in ("0.14.0", "0.18.0")} == {"0.04"}
+    assert "0.9 in v0.14-v0.17" in rows["`temperature` default"][0]
+    assert {config_default(v, "temperature") for v in ("0.14.0", "0.17.0")} == {"0.9"}
+    assert (
+        "absent up to v0.15 (always divide by std); bool True in v0.16-v0.21"
+        in (rows["`scale_rewards`"][0])
+    )
+    assert config_default("0.15.2", "scale_rewards") == "—"
+    assert {config_default(v, "scale_rewards") for v in ("0.16.0", "0.21.0")} == {"True"}
+    assert "256 up to v1.9" in rows["`max_completion_length` default"][0]
+    assert {config_default(v, "max_completion_length") for v in ("0.14.0", "1.9.0")} == {"256"}
+    assert "added in v0.26 with default False" in rows["`use_bias_correction_kl`"][0]
+    assert config_default("0.25.1", "use_bias_correction_kl") == "—"
+    assert config_default("0.26.0", "use_bias_correction_kl") == "False"
+    assert "50 up to v0.17, None in v0.18-v0.26" in rows["`top_k`"][0]
+    assert {config_default(v, "top_k") for v in ("0.16.0", "0.17.0")} == {"50"}
+    assert {config_default(v, "top_k") for v in ("0.18.0", "0.26.2")} == {"None"}
+
+
+def test_history_of_scoring_and_log_probs():
+    rows = history()
+    assert "missing up to v0.15" in rows["temperature in scoring"][0]
+    assert "(from v0.16)" in rows["temperature in scoring"][1]
+    assert "/ self.temperature" not in source("0.15.2", "grpo_trainer.py")
+    assert "logits = logits / self.temperature" in source("0.16.0", "grpo_trainer.py")
+    assert "`selective_log_softmax` in v0.15-v1.14" in rows["log-prob path"][0]
+    assert "(from v1.15)" in rows["log-prob path"][1]
+    for version in ("0.15.2", "1.14.2"):
+        assert "selective_log_softmax(" in source(version, "grpo_trainer.py")
+    for version in ("1.15.0", "1.16.0"):
+        assert "selective_log_softmax(" not in source(version, "grpo_trainer.py")
+        assert "add_fused_lm_head(" in source(version, "grpo_trainer.py")
+
+
+def test_history_of_the_dapo_normaliser_and_token_count():
+    rows = history()
+    assert rows["`dapo` normaliser"] == (
+        "N_tok / P in v0.22-v1.9",
+        "(N_tok / P) · GA / S (from v1.10)",
+    )
+    rescale = "* self.current_gradient_accumulation_steps / self.args.steps_per_generation"
+    for version in ("0.22.0", "1.9.0"):
+        trainer = source(version, "grpo_trainer.py")
+        assert (
+            'inputs["num_items_in_batch"]' in trainer
+            and "/ self.accelerator.num_processes" in trainer
+        )
+        assert rescale not in trainer
+    assert rescale in source("1.10.0", "grpo_trainer.py")
+    assert rows["`num_items_in_batch`"] == (
+        "raw completion lengths up to v1.8",
+        "sum of the loss mask (from v1.9)",
+    )
+    assert "num_items_in_batch = agg_completion_lengths.sum()" in source(
+        "0.22.0", "grpo_trainer.py"
+    )
+    older = source(
+        "1.8.0", "grpo_trainer.py"
+    )  # computed in `_generate`, returned as num_items_in_batch
+    assert "total_completion_tokens = agg_completion_lengths.sum()" in older
+    assert "loss_mask.sum()" not in older
+    for version in ("1.9.0", "1.16.0"):
+        assert "num_items_in_batch = self.accelerator.gather(loss_mask.sum()).sum()" in source(
+            version, "grpo_trainer.py"
+        )
+
+
+def test_history_of_nan_rewards_prompts_and_clipping():
+    rows = history()
+    assert "NaN-aware from v1.6" in rows["advantage std and epsilon"][0]
+    assert "mean_grouped_rewards = rewards.view(-1, num_generations).mean(dim=1)" in source(
+        "1.5.1", "grpo_trainer.py"
+    )
+    assert "torch.nanmean(rewards.view(-1, num_generations), dim=1)" in source(
+        "1.6.0", "grpo_trainer.py"
+    )
+    assert (
+        rows["`max_prompt_length`"][0] == "512 up to v0.25, None in v0.26-v0.27, removed in v0.28"
+    )
+    assert config_default("0.25.1", "max_prompt_length") == "512"
+    assert {config_default(v, "max_prompt_length") for v in ("0.26.0", "0.27.0")} == {"None"}
+    assert config_default("0.28.0", "max_prompt_length") == "—"
+    assert rows["clipping (`epsilon`)"][0] == "absent in v0.14-v0.15"
+    assert config_default("0.16.0", "epsilon") == "0.2"
+
+
+def test_rewards_and_generation_helpers_move_at_the_stated_release():
+    assert "`_generate_and_score_completions` up to 0.18 and in `_calculate_rewards` from 0.19" in (
+        " ".join(INTERNALS.split())
+    )
+    assert "def _calculate_rewards(" not in source("0.18.0", "grpo_trainer.py")
+    assert "def _calculate_rewards(" in source("0.19.0", "grpo_trainer.py")
+    assert "and in `_generate_single_turn` from 0.24" in " ".join(INTERNALS.split())
+    assert "def _generate_single_turn(" in source("0.24.0", "grpo_trainer.py")
+
+
+def test_top_k_of_0_14_and_0_15_is_transformers_default():
+    """0.14 and 0.15 pass no top_k: transformers 4's GenerationConfig default (50) applies; 0.16
+    and 0.17 pass their own 50."""
+    from trl_releases import transformers4_path
+
+    assert "so transformers' default of 50 applies; 0.16 and 0.17 set 50 explicitly" in (
+        " ".join(INTERNALS.split())
+    )
+    generation = transformers4_path() / "transformers" / "generation" / "configuration_utils.py"
+    assert 'self.top_k = kwargs.pop("top_k", 50)' in generation.read_text()
+    for version in ("0.16.0", "0.17.0"):
+        assert "top_k=self.top_k" in source(version, "grpo_trainer.py")
+
+
+def test_every_history_row_is_checked():
+    checked = set(DEFAULT_ROWS) | {
+        "temperature in scoring",
+        "log-prob path",
+        "`dapo` normaliser",
+        "`num_items_in_batch`",
+        "advantage std and epsilon",
+        "`max_prompt_length`",
+        "clipping (`epsilon`)",
+    }
+    assert set(history()) == checked

@@ -14,7 +14,11 @@ Usage:
 
 Checks, one output line each (PASS, FAIL or SKIP, with expected and seen values):
 - logprobs: every value <= 0 and equal to log_softmax(logits / T) at the index, T = 0.7, for
-  fp32 logits (tolerance 1e-5) and bf16 logits (tolerance 0.05, bf16's rounding);
+  fp32 logits (tolerance 1e-5) and bf16 logits (tolerance 0.05, bf16's rounding). On TRL up to
+  1.14 the helper is trl.trainer.utils.selective_log_softmax (given logits already divided by
+  T); on 1.15 and later, whose GRPOTrainer no longer calls it, it is the fused head's kernel
+  trl.kernels.chunked_logprob.ChunkedLogProbFunction (given raw logits as hidden states, an
+  identity LM head of vocabulary tiles of 4, and T itself);
 - advantages: rewards [0, 1] in a group of 2 give -0.7071 and +0.7071 (Bessel std, + 1e-4);
   a constant group [0.5, 0.5] gives 0;
 - decode: plain text comes back unchanged; "<think>a</think>b" gives "b"; an unclosed
@@ -110,21 +114,24 @@ def import_trl(path: str | None) -> types.ModuleType:
 # --------------------------------------------------------------------------- log-probs
 
 
-def probe_logprobs(name: str, function: Callable) -> None:
+def probe_logprobs(name: str, function: Callable, takes_temperature: bool = False) -> None:
+    """`function(logits / T, index)`, or `function(logits, index, T)` when it applies T itself."""
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, 11, generator=generator) * 3
     index = torch.randint(0, 11, (3, 5), generator=generator)
     # fp32: 1e-5 absolute. bf16 keeps 8 significant bits, so a correct bf16 result may be off by
     # about one unit in the last place of its magnitude: allow two (|x| / 64) plus 2^-8.
     for dtype, relative, absolute in ((torch.float32, 0.0, 1e-5), (torch.bfloat16, 2**-6, 2**-8)):
-        scaled = (logits / TEMPERATURE).to(dtype)
-        expected = (
-            torch.log_softmax(scaled.double(), -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
-        )
+        given = logits.to(dtype) if takes_temperature else (logits / TEMPERATURE).to(dtype)
+        scaled = given.double() / TEMPERATURE if takes_temperature else given.double()
+        expected = torch.log_softmax(scaled, -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
         tolerance = relative * expected.abs() + absolute
         label = f"logprobs {name} {str(dtype).removeprefix('torch.')}"
         try:
-            seen = function(scaled, index).double()
+            if takes_temperature:
+                seen = function(given, index, TEMPERATURE).double()
+            else:
+                seen = function(given, index).double()
         except Exception as error:  # the probe reports, it does not crash
             report("ERROR", label, "a tensor", f"{type(error).__name__}: {error}")
             continue
@@ -144,6 +151,21 @@ def probe_logprobs(name: str, function: Callable) -> None:
             expected_text,
             seen_text,
         )
+
+
+def fused_head_logprobs(kernel: type) -> Callable:
+    """TRL 1.15+'s chunked log-prob kernel as f(logits, index, T): the logits are the hidden
+    states and the LM head is the identity, split into vocabulary tiles of 4 (so the online
+    logsumexp spans several tiles)."""
+
+    def call(logits: torch.Tensor, index: torch.Tensor, temperature: float) -> torch.Tensor:
+        vocab = logits.size(-1)
+        hidden = logits.reshape(-1, vocab)
+        head = torch.eye(vocab, dtype=logits.dtype)
+        outputs = kernel.apply(hidden, head, None, index.reshape(-1), temperature, 4)
+        return outputs[0].view(index.shape)
+
+    return call
 
 
 # --------------------------------------------------------------------------- advantages
@@ -389,8 +411,25 @@ def main(argv: list[str] | None = None) -> int:
     utils = importlib.import_module("trl.trainer.utils")
     trainer_module = importlib.import_module("trl.trainer.grpo_trainer")
 
+    calls_helper = "selective_log_softmax(" in inspect.getsource(trainer_module)
     if "logprobs" in renames:
         probe_logprobs(renames["logprobs"], resolve(renames["logprobs"], utils))
+    elif not calls_helper and importlib.util.find_spec("trl.kernels") is not None:  # 1.15 on
+        try:
+            kernel = importlib.import_module("trl.kernels").ChunkedLogProbFunction
+        except Exception as error:  # TRL 1.15's kernel module imports triton unconditionally
+            report(
+                "SKIP",
+                "logprobs: cannot import the fused head's kernel trl.kernels.ChunkedLogProbFunction",
+                "",
+                f"{type(error).__name__}: {error}",
+            )
+        else:
+            probe_logprobs(
+                "trl.kernels.chunked_logprob.ChunkedLogProbFunction (the fused head)",
+                fused_head_logprobs(kernel),
+                takes_temperature=True,
+            )
     elif hasattr(utils, "selective_log_softmax"):
         probe_logprobs("trl.trainer.utils.selective_log_softmax", utils.selective_log_softmax)
     else:
