@@ -284,9 +284,12 @@ def built_temperature() -> float:
 
 @cache
 def scales_for_accumulation() -> bool:
-    """True when the trainer scales its loss for gradient accumulation itself (0.23+): it gives
-    HF's Trainer a `compute_loss_func` so that `training_step` does not divide by GA."""
-    return getattr(trainer(), "compute_loss_func", None) is not None
+    """True when `_compute_loss` scales the loss for gradient accumulation itself (0.23+): it
+    divides by `current_gradient_accumulation_steps`. 0.23-1.14 also give HF's Trainer a
+    `compute_loss_func` so that its `training_step` does not; 1.16's own `_BaseTrainer` has no
+    such scaling, so the source is what tells, not that attribute."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    return "current_gradient_accumulation_steps" in source
 
 
 @cache
