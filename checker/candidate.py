@@ -112,6 +112,7 @@ def _resolve_trl(target: str, tree_root: Path | None) -> CandidateSpec:
                 raise TargetError("trl: no TRL here (pip install trl, or give a TRL source tree)")
             _refuse_unsupported("trl", root)
             return CandidateSpec(target, "trl")
+        _refuse_unsupported("./trl", tree_root)  # refused in one line, never replaced
         installed = trl_version.installed_root()
         if installed is None or installed.resolve() != tree_root.resolve():
             shadowed = f"the TRL at {installed}" if installed else "no installed TRL"

@@ -22,7 +22,7 @@ from checker.candidate import KINDS, TargetError, resolve_target
 from checker.checks import CheckResult
 from checker.diagnosis import diagnose
 from checker.profile import PROFILE_TIMEOUT, ProfileError, run_profile, yaml_text
-from checker.report import print_table, to_json, write_junit
+from checker.report import print_table, shown, to_json, write_junit
 from checker.sandbox import CandidateLoadError, run_isolated
 from reference_impl.protocol import DEFAULTS, STAGES
 
@@ -162,7 +162,8 @@ def print_profile(console: Console, target: str, measured, write_path: str | Non
         value = measured.conventions.get(key, "-")
         differs = key in measured.conventions and DEFAULTS.get(key) != value
         style = "bold" if differs else ""
-        table.add_row(key, Text(str(value), style=style), str(DEFAULTS.get(key, "-")), how)
+        trl = shown(DEFAULTS.get(key, "-"))
+        table.add_row(key, Text(shown(value), style=style), trl, how)
     console.print(table)
     for finding in measured.findings:
         console.print(Text(f"finding: {finding}", style="bold red"), soft_wrap=True)

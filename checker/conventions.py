@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from checker.report import short  # noqa: F401 - checks word epsilons with it
 from reference_impl.protocol import DEFAULTS
 
 # verl's `loss_agg_mode` -> the aggregation rule of the same formula (see LOSS_AGG_MODES).
@@ -95,14 +96,6 @@ def epsilon_words(placement: str, epsilon: float) -> str:
     """'1e-6 added to the std' or '1e-4 inside the square root'."""
     where = "added to the std" if placement == "std" else "inside the square root"
     return f"{short(epsilon)} {where}"
-
-
-def short(value: float) -> str:
-    """1e-06 -> '1e-6'; 0.0001 -> '1e-4'; 2.5e-05 -> '2.5e-5'; 0 -> '0'."""
-    if value == 0:
-        return "0"
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def aggregation_rule(config: dict, loss_type: str | None = None) -> str:

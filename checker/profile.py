@@ -241,7 +241,8 @@ def probe_update(candidate, profile: Profile) -> None:
     fn = candidate.functions.get("grpo_step")
     if fn is None:
         return
-    ids = torch.randint(2, 20, (8, 4), generator=torch.Generator().manual_seed(4))
+    # token ids inside the tiny model's vocabulary (ids >= VOCAB raise in its embedding)
+    ids = torch.randint(2, fixtures.VOCAB, (8, 4), generator=torch.Generator().manual_seed(4))
     prompts = torch.full((8, 2), 3)
 
     def moved(stale: bool) -> tuple[bool, bool]:

@@ -19,6 +19,21 @@ STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "skip": "
 MAX_SKIP_REASONS = 2
 
 
+def short(value: float) -> str:
+    """1e-06 -> '1e-6'; 0.0001 -> '1e-4'; 2.5e-05 -> '2.5e-5'; 0 -> '0'."""
+    if value == 0:
+        return "0"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def shown(value: object) -> str:
+    """A convention's value as people read it: floats below 1e-3 as 1e-6, not 1e-06 or 0.0001."""
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        return short(value)
+    return str(value)
+
+
 def summary(results: list[CheckResult]) -> dict[str, int]:
     counts = {"pass": 0, "fail": 0, "error": 0, "skip": 0}
     for result in results:

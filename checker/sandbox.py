@@ -71,6 +71,10 @@ def run_isolated(
     "heavy" or "all"), so two children start at once and the parent stays light.
     """
     chosen = set(stages) or set(STAGES)
+    if spec.kind == "verl":
+        # verl's core_algos has no model, so every heavy check skips: a second worker would only
+        # import verl (Ray, tensordict: most of the run) a second time.
+        workers = 1
     groups = ["light", "heavy"] if workers > 1 else ["all"]
     groups = [g for g in groups if g == "all" or chosen & GROUP_STAGES[g]]
     outcomes: list[tuple[dict[str, CheckResult], str | None]] = [({}, None)] * len(groups)

@@ -92,6 +92,10 @@ NAN_REWARD_POLICIES = ("excluded", "zero", "never")
 # How sequence-mean aggregations count fully masked rows: as rows contributing 0 (TRL divides by
 # B), or not at all (verl's `agg_loss` divides by the number of non-empty rows).
 EMPTY_ROW_POLICIES = ("counted", "excluded")
+# What dapo / cispo divide by when the whole batch has no completion token: max(count, 1), so the
+# loss is 0 (TRL from 1.9.2), or the bare count, so the loss is 0 / 0 = NaN (TRL before 1.9.2,
+# verl's `agg_loss` token-mean).
+EMPTY_BATCH_NORMALISERS = ("clamped", "unclamped")
 # verl's `loss_agg_mode` names. token-mean is TRL's bnpo (dapo on one micro-batch),
 # seq-mean-token-mean is grpo, seq-mean-token-sum-norm is dr_grpo (normaliser
 # `loss_scale_factor`, None meaning T); seq-mean-token-sum and token-sum have no TRL name.
@@ -159,6 +163,7 @@ DEFAULTS: dict[str, object] = {
     "std_estimator": "bessel",
     "nan_rewards": "excluded",
     "empty_rows": "counted",
+    "empty_batch_normaliser": "clamped",
     # None: the aggregation follows loss_type; a verl name overrides it.
     "loss_agg_mode": None,
     # seq-mean-token-sum-norm's divisor; None means the completion length T.
@@ -179,6 +184,7 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "std_estimator": STD_ESTIMATORS,
     "nan_rewards": NAN_REWARD_POLICIES,
     "empty_rows": EMPTY_ROW_POLICIES,
+    "empty_batch_normaliser": EMPTY_BATCH_NORMALISERS,
     "loss_agg_mode": (None, *LOSS_AGG_MODES),
     "kl_estimator": KL_ESTIMATORS,
     "kl_placement": KL_PLACEMENTS,

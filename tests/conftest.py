@@ -11,8 +11,30 @@ for name in (
 ):
     os.environ.setdefault(name, "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
+from _pytest.nodes import NodeId  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers on two cores: more threads per worker only adds contention.
     torch.set_num_threads(1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test in its `xdist_group` for `--dist loadgroup` (xdist workers only).
+
+    xdist 3.8 groups tests by appending `@group` to `item._nodeid`, but pytest 9.2 reads a node's
+    id from `item._id`, so that rewrite is lost and every test is scheduled on its own: tests
+    sharing a cached computation (a TRL release's reports) then compute it on both workers.
+    """
+    if not config.getoption("loadgroup", False):
+        return
+    for item in items:
+        groups = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if groups and "@" not in item.nodeid:
+            suffixed = f"{item._id.rest}@{'_'.join(sorted(groups))}"
+            item._id = NodeId(path=item._id.path, names=(suffixed,))

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +37,17 @@ SEED = 1234
 
 
 def _forget_trl(tree: str) -> None:
-    """Drop TRL, the adapter and the harness imported from an earlier copy (torch and transformers
+    """Drop TRL and every adapter module imported from an earlier copy (torch and transformers
     stay: they are the slow part). `from checker.adapters import x` reads the package attributes
-    too."""
+    first, so those go too: a stale `trl_shims` would keep the earlier copy's GRPOTrainer."""
     import checker.adapters
 
     for name in [
         n for n in sys.modules if n == "trl" or n.startswith(("trl.", "checker.adapters."))
     ]:
         del sys.modules[name]
-    for attribute in ("trl_adapter", "trl_trainer"):
-        if hasattr(checker.adapters, attribute):
+    for attribute, value in list(vars(checker.adapters).items()):
+        if isinstance(value, types.ModuleType):
             delattr(checker.adapters, attribute)
     while tree in sys.path:
         sys.path.remove(tree)
@@ -76,7 +77,8 @@ def check_tree(tree: str) -> dict:
         for r in results
         if r.status in ("fail", "error")
     ]
-    return {"failing": failing, "diagnosis": diagnose(results), "trl": driven}
+    summary = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
+    return {"failing": failing, "diagnosis": diagnose(results), "trl": driven, "summary": summary}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,13 +102,19 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def check_trees(trees: list[Path]) -> list[dict]:
+def check_trees(
+    trees: list[Path], extra_paths: list[Path] = (), timeout: float = CHILD_TIMEOUT
+) -> list[dict]:
+    """This file as the child on `trees`; `extra_paths` follow the repository on PYTHONPATH
+    (transformers 4 for TRL 0.17-0.26, see tests/trl_releases.py)."""
+    env = _child_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *map(str, extra_paths)])
     result = subprocess.run(
         [sys.executable, __file__, *map(str, trees)],
         capture_output=True,
         text=True,
-        timeout=CHILD_TIMEOUT,
-        env=_child_env(),
+        timeout=timeout,
+        env=env,
         cwd=REPO_ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Real TRL releases (and a transformers 4 environment) installed once into a cache folder.
+"""Real TRL releases (and a transformers 4 environment), and verl, installed once into a cache folder.
 
 Tests that check a claim against an old TRL release use this module instead of the installed
 TRL. Two ways to use a release:
@@ -16,6 +16,8 @@ Rules:
   half-filled folder that later runs would trust;
 - the cache is `trl-releases/` in the project's cache (`$GRPO_SKILL_CACHE`, else
   `~/.cache/grpo-skill`, where the tiny models are cached too);
+- verl 0.9.1 is installed the same way (`verl_environment()`), next to only what
+  `verl.trainer.ppo.core_algos` and `verl.workers.config` need to import (see VERL_REQUEST);
 - when the package registry cannot be reached, the calling test is skipped with the pip error,
   not failed: the claims are about the releases, not about the network.
 """
@@ -163,3 +165,23 @@ def import_paths(version: str) -> list[Path]:
     if needs_requests(version):
         paths.append(requests_path())
     return paths
+
+
+VERL = "verl==0.9.1"
+
+# What `from verl.trainer.ppo import core_algos` and `from verl.workers.config import ActorConfig`
+# import beyond the project's venv, found by importing verl 0.9.1 alone and adding each missing
+# module: Ray (`verl/__init__.py` imports `verl.protocol`, which imports ray at module level),
+# tensordict within verl's declared range, omegaconf (verl's configs) and codetiming. verl's
+# other requirements (vLLM, wandb, hydra, peft, ...) serve its trainer, not core_algos.
+VERL_REQUEST = ("ray>=2.41.0", "tensordict>=0.8.0,<=0.10.0,!=0.9.0", "omegaconf", "codetiming")
+
+
+def verl_environment() -> dict[str, str]:
+    """`os.environ` plus the PYTHONPATH under which `import verl` gives verl 0.9.1.
+
+    verl itself is installed without dependencies; the few packages its core_algos imports are
+    resolved against the running environment (so torch and numpy come from the venv).
+    """
+    paths = [_install("verl-0.9.1", (VERL,)), _install("verl-0.9.1-deps", _resolve(VERL_REQUEST))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}

@@ -284,9 +284,12 @@ def built_temperature() -> float:
 
 @cache
 def scales_for_accumulation() -> bool:
-    """True when the trainer scales its loss for gradient accumulation itself (0.23+): it gives
-    HF's Trainer a `compute_loss_func` so that `training_step` does not divide by GA."""
-    return getattr(trainer(), "compute_loss_func", None) is not None
+    """True when `_compute_loss` scales the loss for gradient accumulation itself (0.23+): it
+    divides by `current_gradient_accumulation_steps`. 0.23-1.14 also give HF's Trainer a
+    `compute_loss_func` so that its `training_step` does not; 1.16's own `_BaseTrainer` has no
+    such scaling, so the source is what tells, not that attribute."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    return "current_gradient_accumulation_steps" in source
 
 
 @cache
@@ -361,7 +364,12 @@ class LogitsAsHiddenStates(torch.nn.Module):
     def get_output_embeddings(self) -> torch.nn.Module:
         return self.lm_head
 
-    def forward(self, input_ids=None, attention_mask=None, **_: Any) -> Any:
+    def forward(self, input_ids=None, attention_mask=None, logits_to_keep=0, **_: Any) -> Any:
         """Before TRL 1.15 scoring calls the model and reads `.logits` (a copy: 1.0-1.8 divide it
-        by the temperature in place); the fused head replaces this forward from 1.15."""
-        return SimpleNamespace(logits=self._logits.clone())
+        by the temperature in place); the fused head replaces this forward from 1.15.
+
+        `logits_to_keep` keeps the last positions only, as a transformers causal LM does (0: all):
+        0.18-0.19 rely on it and slice nothing themselves (0.17 slices again, which is harmless).
+        """
+        logits = self._logits[:, -logits_to_keep:] if logits_to_keep else self._logits
+        return SimpleNamespace(logits=logits.clone())

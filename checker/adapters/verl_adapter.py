@@ -44,6 +44,9 @@ CONVENTIONS = {
     "std_estimator": "bessel",  # torch.std
     "nan_rewards": "never",  # reward managers score failures as 0
     "empty_rows": "excluded",  # agg_loss: "exclude fully masked sequences"
+    # agg_loss token-mean divides by batch_num_tokens = loss_mask.sum() with no clamp, so a batch
+    # without a response token is 0 / 0 (TRL's dapo did the same before 1.9.2).
+    "empty_batch_normaliser": "unclamped",
     "kl_estimator": "low_var_kl",  # ActorConfig.kl_loss_type
 }
 SUPPORTED = {"scale_rewards": ["group", "none"]}

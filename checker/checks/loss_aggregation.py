@@ -247,9 +247,8 @@ def masked_entries_are_ignored(ctx: Context) -> None:
 @check("loss_aggregation", "compute_loss")
 def fully_masked_batch_is_zero(ctx: Context) -> None:
     """A batch whose every token is masked gives loss 0 and a finite (zero) gradient, not NaN."""
-    if ctx.config.get("empty_batch_normaliser", "clamped") != "clamped" and ctx.config[
-        "loss_type"
-    ] in ("dapo", "cispo"):
+    unclamped = ctx.config["empty_batch_normaliser"] == "unclamped"
+    if unclamped and ctx.config["loss_type"] in ("dapo", "cispo"):
         raise Skip("declared unclamped dapo/cispo normaliser: 0 / 0 on an empty batch")
     logps, mask = batch(ctx)
     mask = torch.zeros_like(mask)

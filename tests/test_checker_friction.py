@@ -1,0 +1,133 @@
+"""Friction items of issue 10 not covered elsewhere: every failing loss type is reported, masking
+honours the declared conventions, cause texts name the value seen (1e-6 as 1e-6), and the trl
+kind's loss runs with gradient accumulation > 1 and a `num_items_in_batch` that differs from the
+micro-batch's token count.
+
+(Short skip reasons, NotImplementedError as a skip, `grpo_check_location` and one cause reported
+once are in test_checker_reporting.py.)
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from checker.candidate import resolve_target
+from checker.checks import all_checks
+from checker.sandbox import run_in_process
+
+SEED = 1234
+ALT = Path(__file__).resolve().parent / "alt_impls"
+
+
+def _results(target: Path, stages: tuple[str, ...] = ()) -> dict:
+    results = run_in_process(resolve_target(str(target)), all_checks(stages), SEED)
+    return {r.check: r for r in results}
+
+
+def _candidate(tmp_path: Path, source: str, config: str = "") -> Path:
+    """A module (and, with `config`, a YAML declaring it) in tmp_path; returns the target."""
+    (tmp_path / "candidate.py").write_text(textwrap.dedent(source))
+    if not config:
+        return tmp_path / "candidate.py"
+    (tmp_path / "candidate.yaml").write_text(f"path: candidate.py\nconfig: {config}\n")
+    return tmp_path / "candidate.yaml"
+
+
+# A clipped-surrogate loss that always divides by the batch's token count (dapo/bnpo), whatever
+# loss_type it is asked for: right for dapo, bnpo and cispo's normaliser, wrong for grpo and dr_grpo.
+ONE_NORMALISER_LOSS = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 loss_type="dapo", epsilon_low=0.2, epsilon_high=None, max_completion_length=None,
+                 num_items_in_batch=None):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    ratio = torch.exp(per_token_logps - old)
+    high = epsilon_low if epsilon_high is None else epsilon_high
+    a = advantages.unsqueeze(1)
+    if loss_type == "cispo":
+        token = -torch.clamp(ratio, max=high).detach() * a * per_token_logps
+    else:
+        token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + high) * a)
+    mask = completion_mask.float()
+    items = mask.sum() if num_items_in_batch is None else torch.as_tensor(float(num_items_in_batch))
+    return (token * mask).sum() / items.clamp(min=1)
+"""
+
+
+def test_every_failing_loss_type_is_reported(tmp_path):
+    result = _results(_candidate(tmp_path, ONE_NORMALISER_LOSS), ("loss_aggregation",))[
+        "loss_aggregation.other_loss_types_match_formula"
+    ]
+    assert result.status == "fail", result
+    assert result.message.startswith("expected 2 loss types"), result.message
+    assert "grpo" in result.message and "dr_grpo" in result.message, result.message
+
+
+# A mask that drops rows without EOS by default: TRL's mask_truncated_completions=True.
+DROPS_TRUNCATED = """
+import torch
+
+def completion_mask(completion_ids, eos_token_ids, mask_truncated_completions=True):
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids))
+    before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    mask = (before == 0).long()
+    if mask_truncated_completions:
+        mask = mask * is_eos.any(dim=1, keepdim=True).long()
+    return mask
+"""
+
+
+def test_masking_honours_a_declared_mask_truncated_completions(tmp_path):
+    """Declared: every masking check passes. Undeclared: the checks with rows that never emit
+    EOS fail against TRL's default (keep them), the rows-kept rule among them."""
+    declared = _results(
+        _candidate(tmp_path, DROPS_TRUNCATED, "{mask_truncated_completions: true}"), ("masking",)
+    )
+    assert [r for r in declared.values() if r.status in ("fail", "error")] == []
+    assert sum(r.status == "pass" for r in declared.values()) >= 4
+    undeclared = _results(tmp_path / "candidate.py", ("masking",))
+    failed = {name for name, r in undeclared.items() if r.status == "fail"}
+    assert "masking.rows_without_eos_are_kept" in failed, failed
+    assert "masking.truncated_rows_are_dropped" not in failed, failed
+
+
+SMALL_EPSILON = """
+import torch
+
+def compute_advantages(rewards, num_generations, scale_rewards="group"):
+    g = rewards.view(-1, num_generations)
+    return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-6)).view(-1)
+"""
+
+
+def test_cause_names_the_epsilon_seen_in_short_form(tmp_path):
+    results = _results(_candidate(tmp_path, SMALL_EPSILON), ("advantages",))
+    messages = [r.message for r in results.values() if r.status == "fail"]
+    assert any("declare advantage_epsilon: 1e-6" in m for m in messages), messages
+    assert not any("1e-06" in m or "0.000001" in m for m in messages), messages
+
+
+@pytest.mark.xdist_group("trl_adapter")
+def test_trl_loss_runs_accumulated_with_a_batch_wide_token_count():
+    """TRL 1.16 scales its loss for gradient accumulation itself: the adapter runs the same
+    micro-batch twice at GA = 2 with num_items_in_batch counted over both, and the dapo loss is
+    the masked sum over the given batch-wide count, not over this micro-batch's tokens."""
+    adapter = pytest.importorskip("checker.adapters.trl_adapter")
+    assert adapter._accumulated()
+    generator = torch.Generator().manual_seed(5)
+    logps = -torch.rand(4, 6, generator=generator) - 0.1
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] * 5 + [0], [1, 1] + [0] * 4])
+    advantages = torch.tensor([-0.5, 1.0, -1.5, 0.25])
+    num_items = 40  # the generation batch's tokens, not this micro-batch's 16
+    loss = adapter.compute_loss(
+        logps, advantages, mask, loss_type="dapo", num_items_in_batch=num_items
+    )
+    # on policy the ratio is 1, so each token's loss is -A
+    expected = float((-advantages.unsqueeze(1) * mask).sum() / num_items)
+    assert float(loss) == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    assert int(mask.sum()) != num_items

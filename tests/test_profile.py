@@ -1,0 +1,134 @@
+"""`grpo-check profile TARGET [--json] [--write PATH]` on a from-scratch trainer with non-TRL
+conventions (tests/alt_impls/scratch_grpo.py), and on copies of it with a real bug.
+
+The loop the README shows: `profile --write cfg.yaml` measures the conventions, `grpo-check
+cfg.yaml` then checks the trainer against a reference configured the same way and reports only
+real bugs. A value that is a known bug is a finding and is never written as a convention.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.xdist_group("profile")
+
+GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
+SCRATCH = Path(__file__).resolve().parent / "alt_impls" / "scratch_grpo.py"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([GRPO_CHECK, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def trainer_copy(folder: Path, old: str = "", new: str = "") -> Path:
+    """scratch_grpo.py copied into `folder`, with `old` replaced by `new` (exactly once)."""
+    target = folder / "scratch_grpo.py"
+    text = SCRATCH.read_text()
+    if old:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    target.write_text(text)
+    return target
+
+
+def failing(report: dict) -> list[dict]:
+    return [r for r in report["results"] if r["status"] in ("fail", "error")]
+
+
+@pytest.fixture(scope="module")
+def scratch_profile(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    folder = tmp_path_factory.mktemp("scratch")
+    trainer_copy(folder)
+    result = run("profile", "scratch_grpo.py", "--json", "--write", "cfg.yaml", cwd=folder)
+    return result, folder
+
+
+def test_profile_measures_the_scratch_conventions(scratch_profile):
+    result, _ = scratch_profile
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads(result.stdout)
+    assert document["findings"] == []
+    measured = document["conventions"]
+    # what scratch_grpo.py implements (its docstring): np.std, 1e-6, REINFORCE, zero_grad last
+    assert measured["std_estimator"] == "population"
+    assert measured["advantage_epsilon"] == pytest.approx(1e-6)
+    assert measured["advantage_epsilon_placement"] == "std"
+    assert measured["policy_loss"] == "reinforce"
+    assert measured["loss_type"] == "grpo"
+    assert measured["zero_grad"] == "after_step"
+    assert measured["nan_rewards"] == "never"
+
+
+def test_written_yaml_checks_with_no_failure(scratch_profile):
+    """profile --write cfg.yaml, then grpo-check cfg.yaml: every check that runs passes."""
+    _, folder = scratch_profile
+    written = yaml.safe_load((folder / "cfg.yaml").read_text())
+    assert written["path"] == "scratch_grpo.py"
+    result = run("cfg.yaml", "--json", cwd=folder)
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and failing(report) == [], failing(report)
+    ran = {r["stage"] for r in report["results"] if r["status"] == "pass"}
+    assert {"advantages", "masking", "loss_aggregation", "update"} <= ran, ran
+
+
+def test_without_the_yaml_the_conventions_are_reported_as_failures(scratch_profile):
+    """The same trainer against TRL's conventions fails: the measured YAML is what makes it pass."""
+    _, folder = scratch_profile
+    result = run("scratch_grpo.py", "--json", cwd=folder)
+    assert result.returncode == 1
+    assert {r["stage"] for r in failing(json.loads(result.stdout))} >= {"advantages"}
+
+
+def test_known_bug_epsilon_is_a_finding_and_is_not_written(tmp_path):
+    trainer_copy(tmp_path, "EPSILON = 1e-6", "EPSILON = 1e4")
+    result = run("profile", "scratch_grpo.py", "--json", "--write", "cfg.yaml", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    document = json.loads(result.stdout)
+    assert any("1e4" in finding for finding in document["findings"]), document["findings"]
+    assert "advantage_epsilon" not in document["conventions"]
+    config = yaml.safe_load((tmp_path / "cfg.yaml").read_text()).get("config", {})
+    assert "advantage_epsilon" not in config, config
+    check = run("cfg.yaml", "--json", cwd=tmp_path)  # the bug is still there to be found
+    assert check.returncode == 1
+    assert "advantages" in {r["stage"] for r in failing(json.loads(check.stdout))}
+
+
+def test_mask_without_eos_is_a_finding(tmp_path):
+    """A mask that drops the EOS token itself (a real bug: it gets no gradient) is a finding."""
+    trainer_copy(
+        tmp_path, "return (eos_before == 0).long()", "return (eos_before + is_eos == 0).long()"
+    )
+    result = run("profile", "scratch_grpo.py", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    findings = json.loads(result.stdout)["findings"]
+    assert any(f.startswith("masking:") for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("profile", "missing.py"), "no such file"),
+        (("profile", "trl", "--write", "cfg.yaml"), "--write"),
+    ],
+)
+def test_profile_bad_input_is_one_line(args, fragment, tmp_path):
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr, lines
+    assert not (tmp_path / "cfg.yaml").exists()
+
+
+def test_profile_of_a_module_that_cannot_load_is_one_line(tmp_path):
+    shutil.copy(SCRATCH, tmp_path / "broken.py")
+    (tmp_path / "broken.py").write_text("import numpy_that_does_not_exist\n")
+    result = run("profile", "broken.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
