@@ -13,7 +13,11 @@ for name in (
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from _pytest.nodes import NodeId  # noqa: E402
+
+try:  # pytest 9.2's node ids; older pytest has none, and xdist's own grouping works there
+    from _pytest.nodes import NodeId
+except ImportError:
+    NodeId = None
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers on two cores: more threads per worker only adds contention.
@@ -28,13 +32,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     id from `item._id`, so that rewrite is lost and every test is scheduled on its own: tests
     sharing a cached computation (a TRL release's reports) then compute it on both workers.
     """
-    if not config.getoption("loadgroup", False):
+    if NodeId is None or not config.getoption("loadgroup", False):
         return
     for item in items:
         groups = {
             str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
             for mark in item.iter_markers("xdist_group")
         }
-        if groups and "@" not in item.nodeid:
+        if groups and "@" not in item.nodeid and hasattr(item, "_id"):
             suffixed = f"{item._id.rest}@{'_'.join(sorted(groups))}"
             item._id = NodeId(path=item._id.path, names=(suffixed,))
