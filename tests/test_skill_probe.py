@@ -15,29 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from skillsbench_fork import patch
+from skillsbench_fork import skillsbench_fork as build_skillsbench_fork
 from trl_releases import import_environment, transformers4_path, trl_release_path
 
 PROBE = Path(__file__).resolve().parents[1] / "skills" / "grpo" / "scripts" / "grpo_probe.py"
-
-# The fork's decode helper: the three-branch contract with the SkillsBench bug in its last branch
-# (every completion without a closing tag is blanked, plain answers included).
-FORK_DECODE = '''
-def decode_and_strip_padding(inputs: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> list[str]:
-    """
-    Decodes completions from reasoning models: extracts the final answer from `<think>...</think>`
-    blocks and strips the padding tokens.
-    """
-    decoded = tokenizer.batch_decode(inputs, skip_special_tokens=True)
-    texts = []
-    for text in decoded:
-        text = text.replace(tokenizer.pad_token, "")
-        if "</think>" in text:
-            text = text.split("</think>", 1)[1].strip()
-        else:
-            text = ""  # No closing </think> found
-        texts.append(text)
-    return texts
-'''
 
 
 def run_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -55,33 +37,10 @@ def lines_with(output: str, status: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(status)]
 
 
-def patch(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert text.count(old) == 1, f"{old!r} not found once in {path}"
-    path.write_text(text.replace(old, new))
-
-
 @pytest.fixture(scope="module")
 def skillsbench_fork(tmp_path_factory) -> Path:
     """A vendored TRL 0.17.0 checkout (`<root>/trl/trainer/...`) with the three planted bugs."""
-    root = tmp_path_factory.mktemp("app") / "trl"
-    shutil.copytree(trl_release_path("0.17.0") / "trl", root / "trl")
-    utils = root / "trl" / "trainer" / "utils.py"
-    patch(
-        utils,
-        "per_token_logps = selected_logits - logsumexp_values",
-        "per_token_logps = -(selected_logits - logsumexp_values)",
-    )
-    text = utils.read_text()
-    start = text.index("def decode_and_strip_padding(")
-    end = text.index("\ndef ", start + 1)
-    utils.write_text(text[:start] + FORK_DECODE.lstrip() + "\n" + text[end:])
-    patch(
-        root / "trl" / "trainer" / "grpo_trainer.py",
-        "advantages = advantages / (std_grouped_rewards + 1e-4)",
-        "advantages = advantages / (std_grouped_rewards + 1e4)",
-    )
-    return root
+    return build_skillsbench_fork(tmp_path_factory.mktemp("app"))
 
 
 def test_probe_passes_on_installed_trl_1_16():

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from skillsbench_fork import skillsbench_fork
 from test_trl_mutants import check_trees
 from trl_releases import import_environment, import_paths, trl_release_path
 
@@ -49,74 +50,11 @@ MATRIX = {
 }
 SKILLSBENCH_STAGES = ["advantages", "decode", "logprobs"]  # sorted
 
-# The fork's decode helper: the three-branch contract with the SkillsBench bug in its last branch
-# (every completion without a closing tag is blanked, plain answers included).
-FORK_DECODE = '''
-def decode_and_strip_padding(inputs: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> list[str]:
-    """
-    Decodes completions from reasoning models: extracts the final answer from `<think>...</think>`
-    blocks and strips the padding tokens.
-    """
-    decoded = tokenizer.batch_decode(inputs, skip_special_tokens=True)
-    texts = []
-    for text in decoded:
-        text = text.replace(tokenizer.pad_token, "")
-        if "</think>" in text:
-            text = text.split("</think>", 1)[1].strip()
-        else:
-            text = ""  # No closing </think> found
-        texts.append(text)
-    return texts
-'''
-
-
-def patch(path: Path, old: str, new: str) -> None:
-    """Replace the one occurrence of `old` in `path` (fails if the release lacks it)."""
-    text = path.read_text()
-    assert text.count(old) == 1, f"{old!r} not found once in {path}"
-    path.write_text(text.replace(old, new))
-
 
 def release_copy(version: str, parent: Path) -> Path:
     """A copy of release `version`'s install folder (the `trl` package and its dist-info)."""
     shutil.copytree(trl_release_path(version), parent, ignore=shutil.ignore_patterns("__pycache__"))
     return parent
-
-
-def skillsbench_fork(parent: Path) -> Path:
-    """`parent/trl`: a TRL 0.17.0 checkout (`trl/trl/...`, a pyproject) with the three planted bugs."""
-    checkout = parent / "trl"
-    shutil.copytree(
-        trl_release_path("0.17.0") / "trl",
-        checkout / "trl",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    (checkout / "pyproject.toml").write_text('[project]\nname = "trl"\nversion = "0.17.0"\n')
-    utils = checkout / "trl" / "trainer" / "utils.py"
-    patch(  # the fp32 branch only: the bf16 branch (log_softmax + gather) stays right
-        utils,
-        "per_token_logps = selected_logits - logsumexp_values",
-        "per_token_logps = -(selected_logits - logsumexp_values)",
-    )
-    text = utils.read_text()
-    start = text.index("def decode_and_strip_padding(")
-    end = text.index("\ndef ", start + 1)
-    utils.write_text(text[:start] + FORK_DECODE.lstrip() + "\n" + text[end:])
-    trainer = checkout / "trl" / "trainer" / "grpo_trainer.py"
-    patch(
-        trainer,
-        "advantages = advantages / (std_grouped_rewards + 1e-4)",
-        "advantages = advantages / (std_grouped_rewards + 1e4)",
-    )
-    patch(
-        trainer, "from .utils import (\n", "from .utils import (\n    decode_and_strip_padding,\n"
-    )
-    patch(
-        trainer,
-        "completions_text = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)",
-        "completions_text = decode_and_strip_padding(completion_ids, self.processing_class)",
-    )
-    return checkout
 
 
 _reports: dict[str, dict[str, dict]] = {}
