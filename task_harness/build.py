@@ -1,7 +1,9 @@
 """Expand a task spec into Harbor's layout: environment/ (what the agent sees), tests/, solution/.
 
-reference family: the workspace holds `minigrpo/`, a copy of `reference_impl` renamed, with the
-task's setup patches (intended customisations) and bug patches, and a training script.
+reference family: the workspace holds the trainer package with the task's setup patches
+(intended customisations) and bug patches, and a training script: `minigrpo/`, a copy of
+`reference_impl` renamed, or `rlzero/`, an independent trainer (`trainers/rlzero/`) with its own
+structure and conventions, whose experiment modules (toy tasks, tiny model) are reference_impl's.
 trl family: the workspace holds `trl/`, a copy of the TRL package installed here (never stored
 in the repository) with the task's patches, a training script, a reward file and the tiny model.
 """
@@ -20,6 +22,7 @@ from task_harness.spec import TaskSpec
 from task_harness.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+TRAINERS = Path(__file__).resolve().parent / "trainers"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
 PACKAGE = "minigrpo"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -30,29 +33,38 @@ VERIFIER_FILES = (
     "jail.py",
     "plain.py",
     "ref_probes.py",
+    "rlzero_probes.py",
     "trl_probes.py",
 )
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {
-    "reference": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
+    "minigrpo": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
+    "rlzero": ["train.py", "rlzero/toy_tasks.py", "rlzero/tiny.py"],
     "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
+}
+# The experiment modules an independent trainer takes from reference_impl, renamed.
+EXPERIMENT_MODULES = ("toy_tasks.py", "tiny.py")
+
+
+# The short training run the verifier requires for a full score, per (trainer, toy task): the mean
+# reward over the last `window` of the first `steps` steps must reach `threshold`. Measured with
+# the script's fixed seed (the run is deterministic), mean reward over the window, fixed / buggy:
+# minigrpo succ 0.67-0.72 / 0.06 (steps 31-40); rlzero succ 0.65-0.96 / below 0.2 or a crash
+# (steps 31-40), rlzero format 0.95-0.99 / 0.00 (steps 21-30). The thresholds leave a factor of 2
+# either side. The copy task and the TRL family learn too slowly for a short run on 2 cores: no
+# rule, the probes alone decide. A task's `[grpo.learning]` table adds rules for bugs that leave
+# the reward rising in a short run but show elsewhere in the log: `min_loss` and `max_kl` bound
+# the window's mean loss and KL.
+LEARNING_RULES = {
+    ("minigrpo", "succ"): {"steps": 40, "window": 10, "threshold": 0.3},
+    ("rlzero", "succ"): {"steps": 40, "window": 10, "threshold": 0.3},
+    ("rlzero", "format"): {"steps": 30, "window": 10, "threshold": 0.5},
 }
 
 
-# The short training run the verifier requires for a full score, per (family, toy task): the mean
-# reward over the last `window` of the first `steps` steps must reach `threshold`. Measured on
-# the succ tasks (the script's fixed seed, so the run is deterministic): fixed trainers 0.67-0.72
-# over steps 31-40 (ref-advantage-epsilon, ref-flat-reward-decoy, ref-kl-masking), buggy ones
-# 0.06 (ref-advantage-epsilon); 0.3 leaves a factor of 2 either side. The copy task and the TRL
-# family learn too slowly for a short run on 2 cores: no rule, the probes alone decide.
-# A task's `[grpo.learning]` table adds rules for bugs that leave the reward rising in a short
-# run but show elsewhere in the log: `min_loss` and `max_kl` bound the window's mean loss and KL.
-LEARNING_RULES = {("reference", "succ"): {"steps": 40, "window": 10, "threshold": 0.3}}
-
-
 def learning_rule(spec: TaskSpec) -> dict | None:
-    """The short-run rule of `spec`: its family and toy task's, extended by `[grpo.learning]`."""
-    rule = LEARNING_RULES.get((spec.family, spec.train.get("task")))
+    """The short-run rule of `spec`: its trainer and toy task's, extended by `[grpo.learning]`."""
+    rule = LEARNING_RULES.get((spec.trainer, spec.train.get("task")))
     extra = spec.toml["grpo"].get("learning")
     if extra is None:
         return rule
@@ -111,6 +123,32 @@ def _build_reference(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path
     (workspace / "train.py").write_text(script.replace("{train_kwargs}", repr(spec.train)))
 
 
+def _independent_trainer(name: str, root: Path) -> None:
+    """Write trainer `name` (package and training-script template) under `root`, with the
+    experiment modules from reference_impl importing the trainer's package."""
+    shutil.copytree(TRAINERS / name, root, ignore=IGNORE)
+    for module in EXPERIMENT_MODULES:
+        text = (package_dir("reference_impl") / module).read_text()
+        (root / name / module).write_text(text.replace("reference_impl", name))
+
+
+def _build_independent(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
+    name = spec.trainer
+    intended, buggy = scratch / "intended", scratch / "buggy"
+    for root in (intended, buggy):
+        _independent_trainer(name, root)
+    _apply(intended, spec, ("setup",))
+    _apply(buggy, spec, ("setup", "bug"))
+    shutil.copytree(buggy / name, workspace / name)
+    shutil.copytree(intended / name, tests / "expected" / name)
+    for relative in {p.mutant.file for p in spec.patches if p.kind == "bug"}:
+        target = files / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(intended / relative, target)
+    script = (buggy / "train.py.tmpl").read_text()
+    (workspace / "train.py").write_text(script.replace("{run_kwargs}", repr(spec.train)))
+
+
 def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
     from reference_impl.tiny import TinySpec, tiny_model_path
 
@@ -145,7 +183,9 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     for folder in (workspace, tests, solution / "files"):
         folder.mkdir(parents=True)
     scratch = root / ".scratch"
-    if spec.family == "reference":
+    if spec.trainer == "rlzero":
+        _build_independent(spec, scratch, workspace, tests, solution / "files")
+    elif spec.family == "reference":
         _build_reference(spec, scratch, workspace, tests, solution / "files")
     else:
         _build_trl(spec, scratch, workspace, tests, solution / "files")
@@ -164,10 +204,11 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     task = {
         "id": spec.id,
         "family": spec.family,
-        "package": PACKAGE,
+        "package": PACKAGE if spec.trainer == "minigrpo" else spec.trainer,
+        "trainer": spec.trainer,
         "bugs": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "bug"],
         "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],
-        "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.family]},
+        "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.trainer]},
         "installed": {"trl": tree_digest(installed_trl())},
         # The release the trl family's fork was made from (its package reads the version from
         # installed metadata, so the tree does not say): what upstream-restore downloads.

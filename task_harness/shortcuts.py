@@ -6,8 +6,11 @@ does not score. Two such agents run on every task they apply to:
 - `upstream-restore` (trl family): replaces every file of the workspace's TRL fork by the same
   file of upstream TRL at the fork's version, downloaded from the package registry (as an agent
   with network can) and cached under `<project cache>/upstream/`.
-- `reference-copy` (reference family): puts `reference_impl`'s stage modules in place of the
-  trainer's, with the package name mapped, as an agent that found grpo-skill's reference would.
+- `reference-copy` (reference family): puts `reference_impl`'s stage functions in place of the
+  trainer's, as an agent that found grpo-skill's reference would: for `minigrpo` (reference_impl
+  renamed) its modules, with the package name mapped; for an independent trainer its modules
+  under `<package>/_reference/` and, appended to each of the trainer's modules, functions of the
+  trainer's names that call them (`trainers/<trainer>_reference_copy.py`).
 
 Both run on the runner's side, like `oracle`: they are ours, not an outside agent.
 """
@@ -48,6 +51,8 @@ def take(shortcut: str, workspace: Path, task: dict) -> list[str]:
             raise ShortcutUnavailable("the fork says no TRL version")
         return restore_upstream_trl(workspace, version, keep)
     if shortcut == "reference-copy":
+        if task.get("trainer", "minigrpo") != "minigrpo":
+            return copy_reference_mapped(workspace, task["trainer"], keep)
         return copy_reference(workspace, task["package"], keep)
     raise ValueError(f"unknown shortcut {shortcut!r}; known: {', '.join(SHORTCUTS)}")
 
@@ -122,4 +127,30 @@ def copy_reference(workspace: Path, package: str, keep: frozenset[str] = frozens
         if ours.read_text() != text:
             ours.write_text(text)
             replaced.append(relative)
+    return replaced
+
+
+def copy_reference_mapped(workspace: Path, trainer: str, keep: frozenset[str] = frozenset()):
+    """reference_impl as `<trainer>/_reference/`, and the shims of `trainer` appended to its
+    modules, so each of the trainer's stage functions is reference_impl's under the trainer's
+    name."""
+    import importlib
+
+    shims = importlib.import_module(f"task_harness.trainers.{trainer}_reference_copy").SHIMS
+    target = workspace / trainer
+    if not target.is_dir():
+        raise ShortcutUnavailable(f"the workspace has no package {trainer}/")
+    copied = target / "_reference"
+    shutil.copytree(
+        package_dir("reference_impl"), copied, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for module in copied.rglob("*.py"):
+        module.write_text(module.read_text().replace("reference_impl", f"{trainer}._reference"))
+    replaced = [str(copied.relative_to(workspace))]
+    for relative, shim in shims.items():
+        path = workspace / relative
+        if relative in keep or not path.is_file():
+            continue
+        path.write_text(path.read_text() + "\n" + shim)
+        replaced.append(relative)
     return replaced

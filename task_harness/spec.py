@@ -21,6 +21,10 @@ from task_harness.mutants import Mutant, MutantError
 
 TASKS_DIR = default_tasks_dir()
 FAMILIES = ("reference", "trl")
+# The reference family's trainers: `minigrpo` (grpo-skill's reference_impl renamed, the first
+# tasks) and `rlzero` (an independent trainer with its own structure and conventions,
+# task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
+TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",)}
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
@@ -67,6 +71,11 @@ class TaskSpec:
         ]
 
     @property
+    def trainer(self) -> str:
+        """The workspace's trainer package: `[grpo] trainer`, else the family's first."""
+        return self.toml["grpo"].get("trainer", TRAINERS.get(self.family, ("",))[0])
+
+    @property
     def stages(self) -> list[str]:
         return list(self.toml["grpo"]["stages"])
 
@@ -94,6 +103,10 @@ def _validate(spec: TaskSpec) -> None:
         raise TaskSpecError(f"{where}: id must be lowercase-hyphenated")
     if spec.family not in FAMILIES:
         raise TaskSpecError(f"{where}: [grpo] family must be one of {FAMILIES}")
+    if spec.trainer not in TRAINERS[spec.family]:
+        raise TaskSpecError(
+            f"{where}: [grpo] trainer must be one of {TRAINERS[spec.family]} for {spec.family}"
+        )
     if not spec.bugs:
         raise TaskSpecError(f"{where}: [grpo] bugs is empty")
     total = sum(b.weight for b in spec.bugs)

@@ -165,7 +165,7 @@ def test_tasks_list_and_verify_from_the_wheel(wheel_venv, empty_folder):
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == len(list((REPO / "tasks").glob("*/task.toml")))
     verified = run_installed(
-        wheel_venv, "tasks", "verify", "ref-advantage-epsilon", "--json", cwd=empty_folder
+        wheel_venv, "tasks", "verify", "rz-format-stop", "--json", cwd=empty_folder
     )
     (row,) = json.loads(verified.stdout)
     assert verified.returncode == (0 if row["ok"] else 1), verified.stderr[-2000:]

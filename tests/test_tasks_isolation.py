@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.agent_env import GRPO_LIBRARIES
 from task_harness.build import build_task
@@ -80,7 +81,7 @@ def test_the_rules_see_a_leak():
 
 @pytest.fixture(scope="module")
 def reference_task(tmp_path_factory) -> Path:
-    (spec,) = load_tasks(ids=["ref-kl-masking"])
+    (spec,) = load_tasks(MINIGRPO_TASKS, ids=["ref-kl-masking"])
     return build_task(spec, tmp_path_factory.mktemp("built"))
 
 
@@ -165,7 +166,7 @@ def image_contents(environment: Path, root: Path) -> list[str]:
 
 @pytest.mark.parametrize("condition", ["no-skill", "skill"])
 def test_the_harbor_image_holds_only_its_condition(tmp_path, condition):
-    specs = load_tasks(ids=["ref-kl-masking", "trl-never-stops"])
+    specs = load_tasks(MINIGRPO_TASKS, ids=["ref-kl-masking"]) + load_tasks(ids=["trl-never-stops"])
     for folder in export_harbor(specs, tmp_path / "export", skill=condition == "skill"):
         environment = folder / "environment"
         contents = image_contents(environment, tmp_path / "image" / folder.name)

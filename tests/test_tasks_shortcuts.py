@@ -7,19 +7,21 @@ import json
 from pathlib import Path
 
 import pytest
+from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.baselines import baseline_problem
 from task_harness.build import build_task, installed_trl
 from task_harness.installed import package_dir
 from task_harness.runner import TrialResult
 from task_harness.shortcuts import ShortcutUnavailable, applies, take
-from task_harness.spec import load_tasks
+from task_harness.spec import TASKS_DIR, load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
 
 def _built(task_id: str, out: Path) -> Path:
-    (spec,) = load_tasks(ids=[task_id])
+    folder = MINIGRPO_TASKS if task_id.startswith("ref-") else TASKS_DIR
+    (spec,) = load_tasks(folder, ids=[task_id])
     return build_task(spec, out)
 
 

@@ -72,10 +72,10 @@ def test_trl_workspace_holds_a_patched_copy_not_the_repository(tmp_path):
 
 
 def test_a_spec_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
-    source = next(s for s in SPECS if s.id == "ref-advantage-epsilon").folder
+    source = next(s for s in SPECS if s.id == "rz-format-stop").folder
     folder = tmp_path / "bad-task"
     shutil.copytree(source, folder)
     toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace("weight = 1.0", "weight = 0.5"))
-    with pytest.raises(TaskSpecError, match="sum to 0.5"):
+    toml.write_text(toml.read_text().replace("weight = 0.3 }", "weight = 0.8 }"))
+    with pytest.raises(TaskSpecError, match="sum to 1.5"):
         load_task(folder)

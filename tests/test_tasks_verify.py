@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.build import build_task
 from task_harness.installed import package_dir
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
 @pytest.fixture(scope="module")
 def decoy_task(tmp_path_factory) -> Path:
-    (spec,) = load_tasks(ids=["ref-flat-reward-decoy"])
+    (spec,) = load_tasks(MINIGRPO_TASKS, ids=["ref-flat-reward-decoy"])
     return build_task(spec, tmp_path_factory.mktemp("built"))
 
 

@@ -98,9 +98,10 @@ class Children:
 
     Each child gets a fresh copy of the workspace as it was when the agent finished."""
 
-    def __init__(self, workspace: Path, scratch: Path, family: str):
+    def __init__(self, workspace: Path, scratch: Path, family: str, trainer: str = ""):
         self.scratch = scratch
         self.family = family
+        self.trainer = trainer
         self.pristine = scratch / "pristine"
         shutil.copytree(workspace, self.pristine, symlinks=True)
         self.harbor_app = workspace  # without a view, children run in the workspace itself
@@ -121,7 +122,9 @@ class Children:
     def _stage_support(self) -> None:
         """The probe code and what it imports, under neutral names, in a folder of its own."""
         self.lib.mkdir()
-        probes = "ref_probes.py" if self.family == "reference" else "trl_probes.py"
+        probes = {"minigrpo": "ref_probes.py", "rlzero": "rlzero_probes.py"}.get(
+            self.trainer, "ref_probes.py" if self.family == "reference" else "trl_probes.py"
+        )
         shutil.copy(TESTS_DIR / probes, self.lib / "session.py")
         for name in ("plain.py", "judge.py"):
             shutil.copy(TESTS_DIR / name, self.lib / name)
@@ -339,6 +342,36 @@ def check_reference(task: dict, children: Children) -> dict[str, list[str]]:
     return problems
 
 
+def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
+    """Every probe of a bug's stage, and every probe a decoy names, must give what the task's
+    own trainer without its bugs (`expected/`) gives: its conventions are the intended ones, so
+    neither TRL's nor reference_impl's behaviour stands in for them."""
+    import rlzero_probes
+    from judge import describe, same
+
+    checks = sorted({bug["stage"] for bug in task["bugs"]})
+    named = sorted({name for decoy in task["decoys"] for name in decoy["probes"]})
+    job = {"stages": checks, "probes": named}
+    seen, cause = children.observe(job)
+    if seen is None:
+        return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
+    sys.path.insert(0, str(TESTS_DIR / "expected"))
+    intended = _as_plain(rlzero_probes.observe(checks, named))
+    problems: dict[str, list[str]] = {stage: [] for stage in checks}
+    for name, expected in intended.items():
+        stage = rlzero_probes.PROBES[name][0]
+        got = seen.get(name, {"error": "not observed"})
+        if stage in problems and not same(got, expected):
+            problems[stage].append(f"{name}: expected {describe(expected)}, got {describe(got)}")
+    for decoy in task["decoys"]:
+        problems[decoy["id"]] = [
+            f"{name}: intended {describe(intended[name])}, got {describe(seen.get(name))}"
+            for name in decoy["probes"]
+            if not same(seen.get(name), intended[name])
+        ]
+    return problems
+
+
 def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     """Each stage's observations of the workspace's GRPOTrainer, judged against reference_impl."""
     import trl_probes
@@ -395,8 +428,11 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
         result, _ = _weigh(task, {}, True, log)
         return result | {"anti_cheat": 0.0, "learning": 0.0, "reward": 0.0}, log
     with tempfile.TemporaryDirectory() as scratch:
-        children = Children(workspace, Path(scratch), task["family"])
-        checker = check_reference if task["family"] == "reference" else check_trl
+        trainer = task.get("trainer", "")
+        children = Children(workspace, Path(scratch), task["family"], trainer)
+        checker = {"rlzero": check_independent, "minigrpo": check_reference}.get(
+            trainer, check_reference if task["family"] == "reference" else check_trl
+        )
         problems = checker(task, children)
         result, total = _weigh(task, problems, False, log)
         learning: list[str] = ["not run: a bug is not fixed"]

@@ -1,0 +1,107 @@
+"""rlzero, the reference family's independent trainer: it shares nothing with reference_impl, its
+probes see every injected bug, and copying reference_impl in its place does not score."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from reference_impl.protocol import ALL_FUNCTIONS
+from task_harness.build import TRAINERS, _independent_trainer, build_task
+from task_harness.shortcuts import take
+from task_harness.spec import load_tasks
+from task_harness.verifier import judge, rlzero_probes
+
+RZ_TASKS = [spec for spec in load_tasks() if spec.trainer == "rlzero"]
+TRAINER_MODULES = sorted((TRAINERS / "rlzero" / "rlzero").glob("*.py"))
+
+
+def _purge() -> None:
+    for name in [m for m in sys.modules if m == "rlzero" or m.startswith("rlzero.")]:
+        del sys.modules[name]
+
+
+def _observe(root: Path, stages: list[str], probes: list[str] | None = None) -> dict:
+    """The probes of `stages` on the rlzero under `root`, as the verifier compares them."""
+    _purge()
+    sys.path.insert(0, str(root))
+    try:
+        return rlzero_probes.observe(stages, probes)
+    finally:
+        sys.path.remove(str(root))
+        _purge()
+
+
+@pytest.fixture(scope="module")
+def intended(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("intended") / "tree"
+    _independent_trainer("rlzero", root)
+    return root
+
+
+def test_rlzero_is_written_apart_from_reference_impl():
+    """No import of reference_impl and none of the stage protocol's function names, so neither a
+    module copy nor a name-for-name copy of reference_impl drops in."""
+    for module in TRAINER_MODULES:
+        tree = ast.parse(module.read_text())
+        imported = {
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        }
+        assert not any(name.startswith("reference_impl") for name in imported), module.name
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert not defined & set(ALL_FUNCTIONS), module.name
+
+
+def test_the_suite_has_rlzero_tasks_with_three_bugs_and_decoys():
+    assert len(RZ_TASKS) >= 5
+    for spec in RZ_TASKS:
+        bugs = [b for b in spec.bugs if b.kind == "bug"]
+        decoys = [b for b in spec.bugs if b.kind == "decoy"]
+        assert len(bugs) >= 3, spec.id
+        assert sum(d.weight for d in decoys) >= 0.2 - 1e-9, spec.id
+
+
+def test_each_probe_gives_the_same_result_twice(intended):
+    """The probes are deterministic, so a difference is the code's, never the seed's."""
+    stages = sorted({stage for stage, _ in rlzero_probes.PROBES.values()})
+    first, second = _observe(intended, stages), _observe(intended, stages)
+    assert not [n for n, v in first.items() if isinstance(v, dict) and "error" in v]
+    assert [n for n in first if not judge.same(second[n], first[n])] == []
+
+
+@pytest.mark.parametrize(
+    ("task_id", "patch_id"),
+    [(s.id, p.id) for s in RZ_TASKS for p in s.patches if p.kind == "bug"],
+)
+def test_every_injected_bug_changes_what_its_stage_probes_see(
+    task_id, patch_id, intended, tmp_path
+):
+    (spec,) = [s for s in RZ_TASKS if s.id == task_id]
+    patch = next(p for p in spec.patches if p.id == patch_id)
+    stage = next(b.stage for b in spec.bugs if b.id == patch_id)
+    buggy = tmp_path / "buggy"
+    _independent_trainer("rlzero", buggy)
+    patch.mutant.apply(buggy)
+    expected, seen = _observe(intended, [stage]), _observe(buggy, [stage])
+    differing = [n for n in expected if not judge.same(seen[n], expected[n])]
+    assert differing, f"{patch_id}: no probe of stage {stage} sees it"
+
+
+def test_reference_copy_loses_the_trainers_conventions(tmp_path, intended):
+    """reference_impl under rlzero's names: the population std and the length-independent loss
+    are gone, so the decoys that guard them fail."""
+    (spec,) = [s for s in RZ_TASKS if s.id == "rz-format-stop"]
+    built = build_task(spec, tmp_path)
+    workspace = built / "environment" / "workspace"
+    task = json.loads((built / "tests" / "task.json").read_text())
+    protected = {rel: (workspace / rel).read_bytes() for rel in task["protected"]}
+    replaced = take("reference-copy", workspace, task)
+    assert "rlzero/advantages.py" in replaced and (workspace / "rlzero" / "_reference").is_dir()
+    assert {rel: (workspace / rel).read_bytes() for rel in task["protected"]} == protected
+    names = ["advantages.pairs", "loss_aggregation.lengths"]
+    copied, own = _observe(workspace, [], names), _observe(intended, [], names)
+    assert [n for n in names if not judge.same(copied[n], own[n])] == names
