@@ -22,6 +22,7 @@ from task_harness.mutants import Mutant, MutantError
 TASKS_DIR = default_tasks_dir()
 FAMILIES = ("reference", "trl")
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+TRL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 class TaskSpecError(ValueError):
@@ -71,6 +72,12 @@ class TaskSpec:
         return list(self.toml["grpo"]["stages"])
 
     @property
+    def trl_version(self) -> str | None:
+        """The TRL release a trl-family fork is made from (`[grpo] trl_version`); None: the
+        release installed here."""
+        return self.toml["grpo"].get("trl_version")
+
+    @property
     def train(self) -> dict:
         """Keyword arguments of the training run the workspace script performs."""
         return dict(self.toml["grpo"].get("train", {}))
@@ -96,6 +103,9 @@ def _validate(spec: TaskSpec) -> None:
         raise TaskSpecError(f"{where}: [grpo] family must be one of {FAMILIES}")
     if not spec.bugs:
         raise TaskSpecError(f"{where}: [grpo] bugs is empty")
+    version = spec.toml["grpo"].get("trl_version")
+    if version is not None and (spec.family != "trl" or not TRL_VERSION.match(str(version))):
+        raise TaskSpecError(f'{where}: [grpo] trl_version must be a release such as "0.17.0"')
     total = sum(b.weight for b in spec.bugs)
     if abs(total - 1.0) > 1e-9:
         raise TaskSpecError(f"{where}: bug weights sum to {total}, not 1")
