@@ -12,7 +12,9 @@ No GRPO library is installed (`GRPO_LIBRARIES`): an agent must not be able to re
 correct implementation beside the trainer it debugs. A reference-family task needs none; a
 trl-family task gets its fork installed as the `trl` package, the way `pip install -e ./trl`
 would: a path file pointing at `/app/trl` and a dist-info naming the fork's release, with no
-RECORD of upstream's file hashes to diff against.
+RECORD of upstream's file hashes to diff against. A fork of a release that needs other versions
+of its dependencies than the runner has (TRL 0.17-0.26: transformers 4.57.6, `releases.py`) gets
+those in place of the runner's.
 """
 
 from __future__ import annotations
@@ -80,6 +82,33 @@ def site_folders() -> list[Path]:
                 if line and not line.startswith(("#", "import")) and Path(line).is_dir():
                     added.append(Path(line))
     return sites + added
+
+
+def release_folders(family: str, fork_version: str | None) -> list[Path]:
+    """The folders (installed from the registry, cached) whose packages replace the runner's in
+    the env of a fork of `fork_version`: none when the runner's stack serves that release."""
+    if family != "trl" or not fork_version:
+        return []
+    from task_harness.releases import dependency_paths
+
+    return dependency_paths(fork_version)
+
+
+def _replaced(folders: list[Path]) -> tuple[set[str], set[str]]:
+    """(entry names, normalised distribution names) the `folders` provide."""
+    from task_harness.releases import distributions
+
+    names = {entry.name for folder in folders for entry in folder.iterdir()}
+    return names, {name for folder in folders for name in distributions(folder)}
+
+
+def _is_replaced(entry: Path, replaced: tuple[set[str], set[str]]) -> bool:
+    from task_harness.releases import normalise
+
+    names, dists = replaced
+    if entry.name.endswith(".dist-info"):
+        return normalise(entry.name.split("-", 1)[0]) in dists
+    return entry.name in names
 
 
 def _fingerprint(sites: list[Path], skill: bool) -> str:
@@ -152,9 +181,10 @@ def agent_env(condition: str, family: str = "reference", fork_version: str | Non
     if family not in FAMILIES or (family == "trl") != bool(fork_version):
         raise ValueError(f"family {family!r} with fork version {fork_version!r}")
     sites = site_folders()
+    extra = release_folders(family, fork_version)
     skill = condition == "skill"
     flavour = f"{condition}-trl-{fork_version}" if family == "trl" else condition
-    venv = cache_dir() / "agent-env" / f"{flavour}-{_fingerprint(sites, skill)}"
+    venv = cache_dir() / "agent-env" / f"{flavour}-{_fingerprint(extra + sites, skill)}"
     if (venv / "pyvenv.cfg").exists():
         return venv
     staging = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
@@ -164,8 +194,11 @@ def agent_env(condition: str, family: str = "reference", fork_version: str | Non
         check=True,
         capture_output=True,
     )
-    for folder in sites:
+    replaced = _replaced(extra)
+    for folder in extra + sites:
         for entry in third_party_entries(folder):
+            if folder in sites and _is_replaced(entry, replaced):
+                continue
             _link_tree(entry, _venv_site(staging) / entry.name)
     if skill:
         _add_grpo_skill(staging)

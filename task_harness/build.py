@@ -76,6 +76,30 @@ def installed_trl() -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
+def fork_source(spec: TaskSpec) -> Path:
+    """The `trl` package a trl-family task forks: the release its spec names (`[grpo]
+    trl_version`, from the registry, cached), else the one installed here."""
+    if spec.trl_version is None:
+        return installed_trl()
+    from task_harness.releases import trl_release_path
+
+    return trl_release_path(spec.trl_version) / "trl"
+
+
+def fork_version(spec: TaskSpec) -> str | None:
+    if spec.family != "trl":
+        return None
+    return spec.trl_version or importlib.metadata.version("trl")
+
+
+def trl_conventions(spec: TaskSpec) -> dict:
+    """The semantics the verifier judges the fork against: its release's, then the fork's own
+    intended customisations (`[grpo.intended]`)."""
+    from task_harness.releases import release_conventions
+
+    return release_conventions(fork_version(spec)) | dict(spec.toml["grpo"].get("intended", {}))
+
+
 def _apply(root: Path, spec: TaskSpec, kinds: tuple[str, ...]) -> set[str]:
     """Apply the patches of `kinds` under `root`; the files they touched."""
     touched = set()
@@ -153,7 +177,7 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     from reference_impl.tiny import TinySpec, tiny_model_path
 
     source = workspace / "trl"
-    shutil.copytree(installed_trl(), source / "trl", ignore=IGNORE)
+    shutil.copytree(fork_source(spec), source / "trl", ignore=IGNORE)
     intended = scratch / "intended"
     for patch in spec.patches:
         target = intended / patch.mutant.file
@@ -171,6 +195,19 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     shutil.copy(TEMPLATES / "reward_fn.py", workspace / "reward_fn.py")
     model = tiny_model_path(TinySpec())
     shutil.copytree(model, workspace / "model")
+    _tokenizer_for_release(workspace / "model", fork_version(spec))
+
+
+def _tokenizer_for_release(model: Path, version: str) -> None:
+    """TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4 refuses
+    `token_type_ids`: the tokenizer of a fork that runs on transformers 4 returns none."""
+    from task_harness.releases import needs_transformers4
+
+    if needs_transformers4(version):
+        path = model / "tokenizer_config.json"
+        config = json.loads(path.read_text())
+        config["model_input_names"] = ["input_ids", "attention_mask"]
+        path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
@@ -212,9 +249,11 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         "installed": {"trl": tree_digest(installed_trl())},
         # The release the trl family's fork was made from (its package reads the version from
         # installed metadata, so the tree does not say): what upstream-restore downloads.
-        "fork_version": importlib.metadata.version("trl") if spec.family == "trl" else None,
+        "fork_version": fork_version(spec),
         "learning": learning_rule(spec),
     }
+    if spec.family == "trl":
+        task["conventions"] = trl_conventions(spec)
     (tests / "task.json").write_text(json.dumps(task, indent=2))
     (environment / "Dockerfile").write_text(dockerfile(skill, spec.family, task["fork_version"]))
     if skill:  # the --skill condition: our installer, into the workspace's agent folders
@@ -233,7 +272,25 @@ def dockerfile(skill: bool, family: str, fork_version: str | None = None) -> str
         text = _without_block(text, "skill condition only")
     if family != "trl":
         text = _without_block(text, "trl family only")
+    elif fork_version:
+        text = _release_stack(text, fork_version)
     return text.replace("{fork_version}", fork_version or "")
+
+
+def _release_stack(text: str, version: str) -> str:
+    """The image's `pip install trl==... && pip uninstall -y trl` line for a fork of release
+    `version`: that release's dependencies, with the packages an old release needs in other
+    versions (transformers 4.57.6 for TRL 0.17-0.26) pinned as the agent's local env has them."""
+    from task_harness.releases import dependency_paths, distributions, normalise
+
+    start = text.index(" && pip install trl==") + len(" && pip install ")
+    end = text.index(" \\\n && pip uninstall -y trl", start)
+    pins = {normalise(p.split("==")[0]): p for p in text[start:end].split() if "==" in p}
+    pins["trl"] = f"trl=={version}"
+    for folder in dependency_paths(version):
+        for name, release in sorted(distributions(folder).items()):
+            pins[name] = f"{name.replace('_', '-')}=={release}"
+    return text[:start] + " ".join(pins.values()) + text[end:]
 
 
 def _without_block(text: str, name: str) -> str:

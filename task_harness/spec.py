@@ -26,6 +26,7 @@ FAMILIES = ("reference", "trl")
 # task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
 TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",)}
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+TRL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 class TaskSpecError(ValueError):
@@ -80,6 +81,12 @@ class TaskSpec:
         return list(self.toml["grpo"]["stages"])
 
     @property
+    def trl_version(self) -> str | None:
+        """The TRL release a trl-family fork is made from (`[grpo] trl_version`); None: the
+        release installed here."""
+        return self.toml["grpo"].get("trl_version")
+
+    @property
     def train(self) -> dict:
         """Keyword arguments of the training run the workspace script performs."""
         return dict(self.toml["grpo"].get("train", {}))
@@ -109,6 +116,9 @@ def _validate(spec: TaskSpec) -> None:
         )
     if not spec.bugs:
         raise TaskSpecError(f"{where}: [grpo] bugs is empty")
+    version = spec.toml["grpo"].get("trl_version")
+    if version is not None and (spec.family != "trl" or not TRL_VERSION.match(str(version))):
+        raise TaskSpecError(f'{where}: [grpo] trl_version must be a release such as "0.17.0"')
     total = sum(b.weight for b in spec.bugs)
     if abs(total - 1.0) > 1e-9:
         raise TaskSpecError(f"{where}: bug weights sum to {total}, not 1")

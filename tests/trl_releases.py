@@ -1,4 +1,5 @@
-"""Real TRL releases (and a transformers 4 environment), and verl, installed once into a cache folder.
+"""Real TRL releases (and a transformers 4 environment), and verl, installed once into a cache folder
+(`task_harness/releases.py`; here a registry that cannot be reached skips the test).
 
 Tests that check a claim against an old TRL release use this module instead of the installed
 TRL. Two ways to use a release:
@@ -24,18 +25,13 @@ Rules:
 
 from __future__ import annotations
 
-import importlib.util
-import json
+import functools
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from reference_impl.tiny import cache_root as project_cache_root
+from task_harness import releases
+from task_harness.releases import TRANSFORMERS4, needs_requests, needs_transformers4
 
 # One release per family, the versions the skill's version table is checked against.
 RELEASES = (
@@ -53,118 +49,34 @@ RELEASES = (
     "1.16.0",
 )
 
-# TRL 0.17 to 0.26 call transformers' `_is_package_available("vllm")`, which in transformers 5
-# returns a tuple (always true), so they import vllm or weave and fail; 4.57.6 works for all.
-TRANSFORMERS4 = "transformers==4.57.6"
-
-# What TRL 0.17 to 0.26 need next to transformers 4.57.6. The exact set is resolved at install
-# time with `pip install --dry-run --report` against the running environment, so only packages
-# whose venv version does not fit transformers 4 (huggingface-hub, tokenizers, datasets, ...)
-# land in the folder; torch and everything compatible come from the venv.
-TRANSFORMERS4_REQUEST = (TRANSFORMERS4, "accelerate", "datasets")
+__all__ = ["TRANSFORMERS4", "needs_requests", "needs_transformers4"]
 
 
-def cache_root() -> Path:
-    """The folder holding every cached install: `<project cache>/trl-releases`."""
-    root = project_cache_root() / "trl-releases"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+def _skipping(function):
+    """`function`, skipping the calling test when pip cannot reach the registry."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except releases.ReleaseUnavailable as error:
+            pytest.skip(str(error))
+
+    return wrapper
 
 
-def _install(name: str, requirements: tuple[str, ...]) -> Path:
-    """Install `requirements` without dependencies into cache_root()/name, once, atomically.
-
-    Skips the calling test if pip cannot reach the registry.
-    """
-    final = cache_root() / name
-    if final.is_dir():
-        return final
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root()))
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile"]
-    command += ["--disable-pip-version-check", "--target", str(staging), *requirements]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        pytest.skip(
-            f"cannot install {' '.join(requirements)} (registry unreachable?): "
-            f"{result.stderr.strip()[-300:]}"
-        )
-    try:
-        staging.rename(final)
-    except OSError:  # another process finished the same install first: keep its copy
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
-def trl_release_path(version: str) -> Path:
-    """Folder holding the `trl` package of release `version` (`<folder>/trl/__init__.py`).
-
-    Installed with `pip install --no-deps --target` on first use, then cached. Put the folder
-    first on `PYTHONPATH` to import that release, or read its files directly.
-    """
-    return _install(f"trl-{version}", (f"trl=={version}",))
-
-
-def transformers4_path() -> Path:
-    """Folder holding transformers 4.57.6 and the few packages that must match it.
-
-    TRL 0.17 to 0.26 import with it: `PYTHONPATH=<trl_release_path(v)>:<transformers4_path()>`.
-    Everything else (torch, accelerate, datasets, ...) comes from the running environment.
-    """
-    return _install("transformers-4.57.6", _resolve(TRANSFORMERS4_REQUEST))
-
-
-def _resolve(requirements: tuple[str, ...]) -> tuple[str, ...]:
-    """The exact `name==version` pins pip would add to the running environment for `requirements`."""
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
-        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report"]
-        command += [str(report), "--disable-pip-version-check", *requirements]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(
-                f"cannot resolve {' '.join(requirements)} (registry unreachable?): "
-                f"{result.stderr.strip()[-300:]}"
-            )
-        chosen = json.loads(report.read_text())["install"]
-    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen]
-    return tuple(
-        pin for pin in pins if not pin.lower().startswith(("torch==", "nvidia-", "triton=="))
-    )
-
-
-def needs_transformers4(version: str) -> bool:
-    """True for the TRL releases (0.17 to 0.26) that only import with transformers 4."""
-    major, minor = (int(part) for part in version.split(".")[:2])
-    return major == 0 and 17 <= minor <= 26
-
-
-def needs_requests(version: str) -> bool:
-    """True for the releases (0.29 to 1.8) that import `requests` without declaring it, when the
-    running environment lacks it (transformers 5 no longer brings it)."""
-    major, minor = (int(part) for part in version.split(".")[:2])
-    in_range = (0, 29) <= (major, minor) <= (1, 8)
-    return in_range and importlib.util.find_spec("requests") is None
-
-
-def requests_path() -> Path:
-    """Folder holding `requests` and what it needs that the running environment lacks."""
-    return _install("requests", _resolve(("requests",)))
+cache_root = releases.cache_root
+_install = _skipping(releases.install)
+_resolve = _skipping(releases.resolve)
+trl_release_path = _skipping(releases.trl_release_path)
+transformers4_path = _skipping(releases.transformers4_path)
+requests_path = _skipping(releases.requests_path)
+import_paths = _skipping(releases.import_paths)
 
 
 def import_environment(version: str) -> dict[str, str]:
     """`os.environ` plus the PYTHONPATH under which `import trl` gives release `version`."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, import_paths(version)))}
-
-
-def import_paths(version: str) -> list[Path]:
-    """The folders to put first on sys.path so that `import trl` gives release `version`."""
-    paths = [trl_release_path(version)]
-    if needs_transformers4(version):
-        paths.append(transformers4_path())
-    if needs_requests(version):
-        paths.append(requests_path())
-    return paths
 
 
 VERL = "verl==0.9.1"

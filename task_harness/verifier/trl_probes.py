@@ -6,8 +6,15 @@ losses with their gradients, what the reward function was given, the reference m
 training. The verifier's own process then recomputes each from the recorded inputs with
 `reference_impl` (TRL 1.16 semantics) and compares. Nothing reads the source text.
 
+A fork of an older release (TRL 0.17 to 1.14) is driven by what its trainer has (the scoring
+method's name and return, `_calculate_rewards` or not, one EOS id or a list) and judged against
+that release's semantics and the fork's intended customisations, the task's `conventions`
+(`task_harness/releases.py::release_conventions`, overridden by `[grpo.intended]`); without them,
+TRL 1.16's.
+
 The verifier runs it in the child as `session.main(job)`, with the workspace as working folder
-and job = {"stages", "out"}; the observations go to job["out"] as plain JSON.
+and job = {"stages", "rules", "conventions", "out"}; the observations go to job["out"] as plain
+JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ TEMPERATURE = 0.7
 # Rewards by row: groups with different spreads, so a batch-wide statistic or a huge epsilon shows.
 SPREAD = [0.0, 1.0, 1.0, 1.0, 3.0, 5.0, 3.0, 5.0, 0.2, 0.2, 0.2, 0.9, 2.0, 0.0, 1.0, 0.5]
 AUX = [1.0, None, 0.0, 1.0, None, None, 0.5, 0.5, 1.0, 0.0, None, 1.0, 0.0, 0.0, 1.0, 1.0]
+# With AUX: rows 1 and 4 are scored by no function (both None), rows 5, 10 and 11 by one.
+AUX2 = [0.5, None, 1.0, None, None, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, None, 1.0, 0.5, 0.0, 1.0]
 DECODE_TEXTS = [
     "7",
     "<think>3 + 4</think> 7",
@@ -51,6 +60,34 @@ DECODE_TEXTS = [
     "5 5",
 ]
 PLAIN_ROWS = [0, 4, 6, 7]
+
+
+# TRL 1.16's semantics where a task states none (`task_harness/releases.py` has the others).
+DEFAULT_CONVENTIONS = {
+    "loss_types": ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"],
+    "scale_rewards": ["group", "batch", "none"],
+    "delta": True,
+    "importance_sampling_level": True,
+    "use_bias_correction_kl": True,
+    "bias_correction_field": True,
+    "nan_rewards": "excluded",
+    "decode": "plain",
+}
+# Decoy rules that need the observations of a stage the task may not list.
+RULE_STAGES = {
+    "decode_reasoning": "decode",
+    "decode_unclosed": "decode",
+    "rewards_unscorable": "rewards",
+}
+
+
+def _conventions(conventions: dict | None) -> dict:
+    return DEFAULT_CONVENTIONS | (conventions or {})
+
+
+def _release(conventions: dict) -> tuple[int, ...]:
+    version = conventions.get("release")
+    return tuple(int(p) for p in version.split(".")[:3]) if version else (1, 16, 0)
 
 
 def tiny_spec():
@@ -68,7 +105,25 @@ def _aux_reward(prompts, completions, **_):
     return AUX[: len(completions)]
 
 
+def _aux2_reward(prompts, completions, **_):
+    return AUX2[: len(completions)]
+
+
+def _config_value(name: str, value):
+    """`value` as the imported release's GRPOConfig takes it: up to TRL 0.21 `scale_rewards` is
+    a bool (True divides by the group std; TRL 0.21.0 `trl/trainer/grpo_config.py`)."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    default = {f.name: f.default for f in fields(GRPOConfig)}.get(name)
+    if name == "scale_rewards" and isinstance(default, bool):
+        return value == "group"
+    return value
+
+
 def _trainer(workdir: str, reward_funcs=None, **overrides):
+    import transformers
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast
     from trl import GRPOConfig, GRPOTrainer
@@ -92,13 +147,18 @@ def _trainer(workdir: str, reward_funcs=None, **overrides):
         logging_steps=1,
         seed=0,
     )
-    config.update(overrides)
+    config.update({name: _config_value(name, value) for name, value in overrides.items()})
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    if int(transformers.__version__.split(".")[0]) < 5:
+        # TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4
+        # refuses `token_type_ids` (the model takes none)
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]
     trainer = GRPOTrainer(
         model=str(path),
         reward_funcs=reward_funcs or [_spread_reward],
         args=GRPOConfig(**config),
         train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
-        processing_class=PreTrainedTokenizerFast.from_pretrained(path),
+        processing_class=tokenizer,
     )
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); probes call below it
     return trainer
@@ -107,6 +167,8 @@ def _trainer(workdir: str, reward_funcs=None, **overrides):
 def _capture_rewards(trainer) -> dict:
     """Wrap the trainer's reward computation to keep what the reward functions received and returned."""
     seen = {}
+    if not hasattr(trainer, "_calculate_rewards"):  # up to TRL 0.19.0 the rewards are inline
+        return _capture_reward_functions(trainer, seen)
     original = trainer._calculate_rewards
 
     def calculate(inputs, prompts, completions, completion_ids_list):
@@ -118,16 +180,53 @@ def _capture_rewards(trainer) -> dict:
     return seen
 
 
+def _capture_reward_functions(trainer, seen: dict) -> dict:
+    """Wrap each reward function to keep what it received and returned (None as NaN, as TRL 0.17
+    `_generate_and_score_completions` converts it)."""
+    outputs = {}
+
+    def wrap(index, function):
+        def wrapped(prompts, completions, **kwargs):
+            values = function(prompts=prompts, completions=completions, **kwargs)
+            seen["completions"] = list(completions)
+            outputs[index] = [float("nan") if v is None else float(v) for v in values]
+            columns = [outputs[i] for i in sorted(outputs)]
+            seen["rewards_per_func"] = torch.tensor(columns, dtype=torch.float32).T
+            return values
+
+        wrapped.__name__ = getattr(function, "__name__", f"reward_{index}")
+        return wrapped
+
+    trainer.reward_funcs = [wrap(i, f) for i, f in enumerate(trainer.reward_funcs)]
+    return seen
+
+
+def _logps(trainer, model, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
+    """The release's scoring method: `_get_per_token_logps` (a tensor) up to TRL 0.19, then
+    `_get_per_token_logps_and_entropies` ((logps, entropies), from 1.7.1 with the aux loss)."""
+    method = getattr(trainer, "_get_per_token_logps_and_entropies", None)
+    if method is None:
+        return trainer._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
+    out = method(model, input_ids, attention_mask, logits_to_keep)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _eos_token_ids(trainer) -> list[int]:
+    """The ids that end a completion: a list from TRL 1.14.2, the tokenizer's one id before."""
+    ids = getattr(trainer, "eos_token_ids", None)
+    return list(ids) if ids is not None else [trainer.processing_class.eos_token_id]
+
+
 def _generate(trainer) -> dict:
     inputs = [{"prompt": p} for p in PROMPTS for _ in range(G)]
     torch.manual_seed(0)
     return trainer._generate_and_score_completions(inputs)
 
 
-def _observe_scoring(workdir: str, stages: list[str]) -> dict:
+def _observe_scoring(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
     if "advantages" in stages:
-        for scale in ("group", "batch", "none"):
+        for scale in conventions["scale_rewards"]:
             trainer = _trainer(workdir, scale_rewards=scale)
             captured = _capture_rewards(trainer)
             batch = _generate(trainer)
@@ -137,6 +236,10 @@ def _observe_scoring(workdir: str, stages: list[str]) -> dict:
         captured = _capture_rewards(trainer)
         batch = _generate(trainer)
         seen["rewards.weighted_with_none"] = (captured["rewards_per_func"], batch["advantages"])
+        trainer = _trainer(workdir, [_aux_reward, _aux2_reward], reward_weights=[1.0, 0.5])
+        captured = _capture_rewards(trainer)
+        batch = _generate(trainer)
+        seen["rewards.unscorable_rows"] = (captured["rewards_per_func"], batch["advantages"])
     if "decode" in stages:
         trainer = _trainer(workdir)
         captured = _capture_rewards(trainer)
@@ -150,14 +253,19 @@ def _observe_scoring(workdir: str, stages: list[str]) -> dict:
 def _keep_logps(trainer) -> dict:
     """Keep the policy log-probs `_compute_loss` computes, with their graph, to take dL/dlogp."""
     kept = {}
-    original = trainer._get_per_token_logps_and_entropies
+    name = next(
+        n
+        for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
+        if hasattr(trainer, n)
+    )
+    original = getattr(trainer, name)
 
     def wrapped(*args, **kwargs):
-        logps, entropies, aux = original(*args, **kwargs)
-        kept["logps"] = logps
-        return logps, entropies, aux
+        out = original(*args, **kwargs)
+        kept["logps"] = out[0] if isinstance(out, tuple) else out
+        return out
 
-    trainer._get_per_token_logps_and_entropies = wrapped
+    setattr(trainer, name, wrapped)
     return kept
 
 
@@ -186,9 +294,35 @@ LOSS_CASES = {
 }
 
 
-def _observe_losses(workdir: str, stages: list[str]) -> dict:
+def loss_case(name: str, conventions: dict) -> dict | None:
+    """The config of LOSS_CASES[name] on the fork's release, or None where it has no such
+    setting: no dapo before TRL 0.22.2 (its token mean over the batch is bnpo's on one
+    micro-batch), no `delta` before 0.18.2, no `importance_sampling_level` before 0.20.0, no
+    `use_bias_correction_kl` before 0.26.2."""
+    overrides = dict(LOSS_CASES[name][1])
+    if overrides.get("loss_type") == "dapo" and "dapo" not in conventions["loss_types"]:
+        overrides["loss_type"] = "bnpo" if name != "loss_aggregation.dapo" else None
+    if overrides.get("loss_type") is None:
+        return None
+    for field in ("delta", "importance_sampling_level"):
+        if field in overrides and not conventions[field]:
+            return None
+    if "use_bias_correction_kl" in overrides and not conventions["bias_correction_field"]:
+        return None
+    if "beta" not in overrides and conventions.get("beta", 0.0) != 0.0:
+        overrides["beta"] = 0.0  # TRL 0.17-0.19.0 default to 0.04; the case has no reference
+    return overrides
+
+
+def _observe_losses(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
-    cases = {name: case for name, case in LOSS_CASES.items() if case[0] in stages}
+    cases = {
+        name: case
+        for name, case in LOSS_CASES.items()
+        if case[0] in stages and loss_case(name, conventions) is not None
+    }
+    if "ratio" in stages:
+        seen.update(_observe_old_logps(workdir))
     if not cases:
         return seen
     batch = _generate(_trainer(workdir))
@@ -196,12 +330,18 @@ def _observe_losses(workdir: str, stages: list[str]) -> dict:
     g = torch.Generator().manual_seed(7)
     noise = torch.rand(mask.shape, generator=g) * 2 - 1
     advantages = torch.randn(mask.size(0), generator=g)
-    for name, (_, overrides, old_offset, ref_offset) in cases.items():
-        trainer = _trainer(workdir, **overrides)
+    for name, (_, _, old_offset, ref_offset) in cases.items():
+        overrides = loss_case(name, conventions)
+        extra = {}
+        if old_offset is not None and _release(conventions) < (0, 19, 0):
+            # TRL 0.17-0.18 `_compute_loss` reads the old log-probs only when num_iterations > 1
+            extra["num_iterations"] = 2
+        trainer = _trainer(workdir, **overrides, **extra)
         trainer.model.train()
         kept = _keep_logps(trainer)
         with torch.no_grad():
-            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            logps = _logps(
+                trainer,
                 trainer.model,
                 torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
                 torch.cat([batch["prompt_mask"], mask], dim=1),
@@ -224,13 +364,31 @@ def _observe_losses(workdir: str, stages: list[str]) -> dict:
             "advantages": advantages,
             "old": inputs.get("old_per_token_logps"),
             "ref": inputs.get("ref_per_token_logps"),
-            "num_items_in_batch": batch["num_items_in_batch"],
+            "num_items_in_batch": batch.get("num_items_in_batch"),
             "config": overrides,
         }
     return seen
 
 
-def _observe_model(workdir: str, stages: list[str]) -> dict:
+def _observe_old_logps(workdir: str) -> dict:
+    """With num_iterations = 2 the batch must carry the log-probs of the policy that sampled it,
+    frozen for the second pass (catalog B36/B37)."""
+    trainer = _trainer(workdir, num_iterations=2)
+    batch = _generate(trainer)
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    old = batch.get("old_per_token_logps")
+    return {
+        "ratio.old_logps_kept": {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "completion_mask": batch["completion_mask"],
+            "old": old if old is not None else {"error": "no old_per_token_logps in the batch"},
+        }
+    }
+
+
+def _observe_model(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
     if "logprobs" in stages or "masking" in stages:
         trainer = _trainer(workdir)
@@ -238,8 +396,8 @@ def _observe_model(workdir: str, stages: list[str]) -> dict:
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         with torch.no_grad():
-            logps, _, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, input_ids, attention_mask, batch["completion_ids"].size(1)
+            logps = _logps(
+                trainer, trainer.model, input_ids, attention_mask, batch["completion_ids"].size(1)
             )
         seen["batch"] = {
             "input_ids": input_ids,
@@ -247,7 +405,7 @@ def _observe_model(workdir: str, stages: list[str]) -> dict:
             "completion_ids": batch["completion_ids"],
             "completion_mask": batch["completion_mask"],
             "logps": logps,
-            "eos_token_ids": list(trainer.eos_token_ids),
+            "eos_token_ids": _eos_token_ids(trainer),
         }
     if "reference_model" in stages:
         trainer = _trainer(workdir, beta=0.04)
@@ -262,17 +420,18 @@ def _observe_model(workdir: str, stages: list[str]) -> dict:
     return seen
 
 
-def observe(workspace: str, stages: list[str]) -> dict:
+def observe(workspace: str, stages: list[str], conventions: dict | None = None) -> dict:
     sys.path.insert(1, str(Path(workspace) / "trl"))  # the workspace's TRL source tree
     import trl
 
     if not str(Path(trl.__file__).resolve()).startswith(str(Path(workspace).resolve())):
         raise SystemExit(f"import trl resolved to {trl.__file__}, not the workspace's copy")
     seen = {}
+    conventions = _conventions(conventions)
     with tempfile.TemporaryDirectory() as workdir:
         for part in (_observe_scoring, _observe_losses, _observe_model):
             try:
-                seen.update(part(workdir, stages))
+                seen.update(part(workdir, stages, conventions))
             except Exception as error:  # a crash inside the candidate fails its stages, not the run
                 seen[f"error.{part.__name__}"] = {"error": f"{type(error).__name__}: {error}"[:300]}
     return seen
@@ -283,63 +442,104 @@ def _fail(name: str, seen, expected) -> str:
     return f"{name}: expected {describe(expected)}, got {describe(seen)}"
 
 
-def _judge_advantages(seen: dict) -> list[str]:
-    from reference_impl import combine_rewards, compute_advantages
+def _rewards(rpf: torch.Tensor, weights, conventions: dict) -> torch.Tensor:
+    """The per-row rewards the release computes: before TRL 1.6.0 a row that every reward
+    function left None gets the nansum's 0 and counts in its group (TRL 0.17.0
+    `grpo_trainer.py` L1078); from 1.6.0 it stays NaN and drops out."""
+    from reference_impl import combine_rewards
+
+    rewards = combine_rewards(rpf, weights)
+    if conventions["nan_rewards"] == "zero":
+        rewards = torch.nan_to_num(rewards, nan=0.0)
+    return rewards
+
+
+def _judge_advantages(seen: dict, conventions: dict) -> list[str]:
+    from reference_impl import compute_advantages
 
     problems = []
-    for scale in ("group", "batch", "none"):
+    for scale in conventions["scale_rewards"]:
         name = f"advantages.{scale}"
         rpf, advantages = seen[name]
-        expected = compute_advantages(combine_rewards(rpf, None), G, scale)
+        expected = compute_advantages(_rewards(rpf, None, conventions), G, scale)
         if not same(advantages, expected, atol=1e-4):
             problems.append(_fail(name, advantages, expected))
     return problems
 
 
-def _judge_rewards(seen: dict) -> list[str]:
-    from reference_impl import combine_rewards, compute_advantages
+def _judge_rewards(seen: dict, conventions: dict) -> list[str]:
+    from reference_impl import compute_advantages
 
     rpf, advantages = seen["rewards.weighted_with_none"]
-    expected = compute_advantages(combine_rewards(rpf, [1.0, 0.5]), G)
+    expected = compute_advantages(_rewards(rpf, [1.0, 0.5], conventions), G)
     nan_matches = torch.isnan(rpf).sum().item() == sum(v is None for v in AUX[: rpf.size(0)])
     if not nan_matches:
         return ["rewards: a reward function's None did not become NaN in rewards_per_func"]
     if not same(advantages, expected, atol=1e-4):
         return [_fail("rewards.weighted_with_none (advantages)", advantages, expected)]
+    return judge_rewards_unscorable(seen, conventions)
+
+
+def judge_rewards_unscorable(seen: dict, conventions: dict) -> list[str]:
+    """Rows that no reward function scored: 0 and counted (before TRL 1.6), or left out of the
+    group statistics with advantage 0 (from 1.6, or a fork that intends it)."""
+    from reference_impl import compute_advantages
+
+    rpf, advantages = seen["rewards.unscorable_rows"]
+    expected = compute_advantages(_rewards(rpf, [1.0, 0.5], conventions), G)
+    if not same(advantages, expected, atol=1e-4):
+        return [_fail("rewards.unscorable_rows (advantages)", advantages, expected)]
     return []
 
 
-def judge_decode_plain(seen: dict) -> list[str]:
-    """A completion without reasoning tags reaches the reward function unchanged."""
+def judge_decode_plain(seen: dict, conventions: dict | None = None) -> list[str]:
+    """A completion without reasoning tags reaches the reward function unchanged; where the fork
+    intends a reasoning-aware decode (conventions "decode" = "reasoning"), closed reasoning is
+    stripped to the answer too."""
     got = seen["decode.reward_inputs"]
     bad = [(DECODE_TEXTS[i], got[i]) for i in PLAIN_ROWS if got[i] != DECODE_TEXTS[i]]
-    return [f"decode: plain answer {text!r} reached the reward as {out!r}" for text, out in bad]
+    problems = [f"decode: plain answer {text!r} reached the reward as {out!r}" for text, out in bad]
+    if _conventions(conventions)["decode"] == "reasoning":
+        problems += _judge_reasoning_rows(seen, lambda text: "</think>" in text)
+    return problems
 
 
-def judge_decode_reasoning(seen: dict) -> list[str]:
+def judge_decode_reasoning(seen: dict, conventions: dict | None = None) -> list[str]:
     """Closed reasoning is stripped to the answer; unclosed reasoning becomes ""."""
+    return _judge_reasoning_rows(seen, lambda text: True)
+
+
+def judge_decode_unclosed(seen: dict, conventions: dict | None = None) -> list[str]:
+    """A completion whose reasoning never closed has no answer: it reaches the reward as ""."""
+    return _judge_reasoning_rows(seen, lambda text: "</think>" not in text)
+
+
+def _judge_reasoning_rows(seen: dict, selected) -> list[str]:
     from reference_impl import strip_reasoning
 
     got = seen["decode.reward_inputs"]
     problems = []
     for i, text in enumerate(DECODE_TEXTS):
-        if i not in PLAIN_ROWS and got[i] != strip_reasoning(text):
+        if i not in PLAIN_ROWS and selected(text) and got[i] != strip_reasoning(text):
             problems.append(
                 f"decode: {text!r} reached the reward as {got[i]!r}, intended {strip_reasoning(text)!r}"
             )
     return problems
 
 
-def _judge_losses(seen: dict, stage: str) -> list[str]:
+def _judge_losses(seen: dict, stage: str, conventions: dict) -> list[str]:
     from reference_impl import compute_loss
 
     problems = []
-    for name, (case_stage, overrides, _, _) in LOSS_CASES.items():
-        if case_stage != stage:
+    if stage == "ratio":
+        problems += _judge_old_logps(seen)
+    for name, (case_stage, _, _, _) in LOSS_CASES.items():
+        overrides = loss_case(name, conventions)
+        if case_stage != stage or overrides is None:
             continue
         case = seen[name]
         logps = case["logps"].clone().requires_grad_(True)
-        config = dict(overrides)
+        config = {"use_bias_correction_kl": conventions["use_bias_correction_kl"]} | overrides
         kwargs = dict(
             old_per_token_logps=case["old"],
             ref_per_token_logps=case["ref"],
@@ -358,6 +558,27 @@ def _judge_losses(seen: dict, stage: str) -> list[str]:
         elif not same(case["grad"][mask], grad[mask], atol=1e-6):
             problems.append(_fail(f"{name} dL/dlogp", case["grad"][mask], grad[mask]))
     return problems
+
+
+def _judge_old_logps(seen: dict) -> list[str]:
+    from reference_impl import get_per_token_logps
+    from reference_impl.tiny import load_tiny
+
+    case = seen["ratio.old_logps_kept"]
+    if isinstance(case["old"], dict):
+        return [f"ratio: with num_iterations=2 {case['old']['error']}"]
+    model, _ = load_tiny(tiny_spec())
+    model.eval()
+    mask = case["completion_mask"].bool()
+    with torch.no_grad():
+        expected = get_per_token_logps(
+            model, case["input_ids"], case["attention_mask"], mask.size(1), TEMPERATURE
+        )
+    if not same(case["old"][mask], expected[mask], atol=1e-4):
+        return [
+            _fail("ratio: old log-probs with num_iterations=2", case["old"][mask], expected[mask])
+        ]
+    return []
 
 
 def _judge_logprobs(seen: dict) -> list[str]:
@@ -408,23 +629,28 @@ def _judge_reference_model(seen: dict) -> list[str]:
 JUDGES = {
     "advantages": _judge_advantages,
     "rewards": _judge_rewards,
-    "logprobs": _judge_logprobs,
-    "masking": _judge_masking,
-    "reference_model": _judge_reference_model,
-    "ratio": lambda seen: _judge_losses(seen, "ratio"),
-    "clipping": lambda seen: _judge_losses(seen, "clipping"),
-    "kl": lambda seen: _judge_losses(seen, "kl"),
-    "loss_aggregation": lambda seen: _judge_losses(seen, "loss_aggregation"),
+    "rewards_unscorable": judge_rewards_unscorable,
+    "logprobs": lambda seen, conventions: _judge_logprobs(seen),
+    "masking": lambda seen, conventions: _judge_masking(seen),
+    "reference_model": lambda seen, conventions: _judge_reference_model(seen),
+    "ratio": lambda seen, conventions: _judge_losses(seen, "ratio", conventions),
+    "clipping": lambda seen, conventions: _judge_losses(seen, "clipping", conventions),
+    "kl": lambda seen, conventions: _judge_losses(seen, "kl", conventions),
+    "loss_aggregation": lambda seen, conventions: _judge_losses(
+        seen, "loss_aggregation", conventions
+    ),
     "decode": judge_decode_plain,
     "decode_reasoning": judge_decode_reasoning,
+    "decode_unclosed": judge_decode_unclosed,
 }
 
 
-def judge(seen: dict, check: str) -> list[str]:
-    """Problems found by `check` (a stage, or a decoy rule); empty when it passes."""
+def judge(seen: dict, check: str, conventions: dict | None = None) -> list[str]:
+    """Problems found by `check` (a stage, or a decoy rule) against the fork's `conventions`
+    (TRL 1.16's where absent); empty when it passes."""
     errors = [f"{k}: {v['error']}" for k, v in seen.items() if k.startswith("error.")]
     try:
-        return JUDGES[check](seen) or []
+        return JUDGES[check](seen, _conventions(conventions)) or []
     except KeyError as missing:
         return errors or [f"{check}: no observation {missing} (the trainer crashed before it)"]
     except Exception as error:
@@ -436,4 +662,5 @@ def main(job: dict) -> None:
     import plain
 
     torch.set_num_threads(1)
-    plain.dump(observe(os.getcwd(), job["stages"]), job["out"])
+    stages = list(job["stages"]) + [RULE_STAGES.get(rule, rule) for rule in job.get("rules", [])]
+    plain.dump(observe(os.getcwd(), stages, job.get("conventions")), job["out"])

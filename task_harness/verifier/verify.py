@@ -377,13 +377,16 @@ def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     import trl_probes
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
-    seen, cause = children.observe({"stages": checks})
+    # The fork's release and intended customisations (build.py); absent: TRL 1.16's.
+    conventions = task.get("conventions") or {}
+    rules = sorted({rule for decoy in task["decoys"] for rule in decoy["probes"]})
+    seen, cause = children.observe({"stages": checks, "rules": rules, "conventions": conventions})
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
-    problems = {stage: trl_probes.judge(seen, stage) for stage in checks}
+    problems = {stage: trl_probes.judge(seen, stage, conventions) for stage in checks}
     for decoy in task["decoys"]:
         problems[decoy["id"]] = [
-            p for rule in decoy["probes"] for p in trl_probes.judge(seen, rule)
+            p for rule in decoy["probes"] for p in trl_probes.judge(seen, rule, conventions)
         ]
     return problems
 

@@ -1,0 +1,189 @@
+"""Real TRL releases, and the packages an old release needs beside the project's torch, installed
+once into the project cache (`<cache>/trl-releases/`, the cache of the tiny models).
+
+Used by the task build (a fork of release X is a copy of X's `trl` package), by the agent's
+environment (a fork of TRL 0.17-0.26 needs transformers 4.57.6 where the runner has 5.x) and by
+the tests that check claims against old releases (`tests/trl_releases.py`).
+
+- every folder is installed with `pip install --no-deps --target` into a temporary folder next
+  to its final place and renamed when complete, so an interrupted install never leaves a
+  half-filled folder that later runs would trust;
+- TRL 0.17 to 0.26 call transformers' `_is_package_available("vllm")`, which in transformers 5
+  returns a tuple (always true), so they import vllm or weave and fail; with transformers 4.57.6
+  every one of them imports (TRL 0.17.0 `trl/import_utils.py`, 0.26.2 the same file);
+- TRL 0.29.1 to 1.8.0 import `requests` without declaring it (1.8.0 `trl/trainer/utils.py`), and
+  transformers 5 no longer brings it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from reference_impl.tiny import cache_root as project_cache_root
+
+TRANSFORMERS4 = "transformers==4.57.6"
+# What TRL 0.17 to 0.26 need next to transformers 4.57.6. The exact set is resolved at install
+# time with `pip install --dry-run --report` against the running environment, so only packages
+# whose venv version does not fit transformers 4 (huggingface-hub, tokenizers, ...) land in the
+# folder; torch and everything compatible come from the venv.
+TRANSFORMERS4_REQUEST = (TRANSFORMERS4, "accelerate", "datasets")
+
+
+class ReleaseUnavailable(RuntimeError):
+    """pip could not install or resolve a release (the registry is unreachable)."""
+
+
+def cache_root() -> Path:
+    """The folder holding every cached install: `<project cache>/trl-releases`."""
+    root = project_cache_root() / "trl-releases"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def install(name: str, requirements: tuple[str, ...]) -> Path:
+    """Install `requirements` without dependencies into cache_root()/name, once, atomically."""
+    final = cache_root() / name
+    if final.is_dir():
+        return final
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root()))
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile"]
+    command += ["--disable-pip-version-check", "--target", str(staging), *requirements]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ReleaseUnavailable(
+            f"cannot install {' '.join(requirements)} (registry unreachable?): "
+            f"{result.stderr.strip()[-300:]}"
+        )
+    try:
+        staging.rename(final)
+    except OSError:  # another process finished the same install first: keep its copy
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def resolve(requirements: tuple[str, ...]) -> tuple[str, ...]:
+    """The exact `name==version` pins pip would add to the running environment for
+    `requirements`, without torch and CUDA wheels."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report"]
+        command += [str(report), "--disable-pip-version-check", *requirements]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ReleaseUnavailable(
+                f"cannot resolve {' '.join(requirements)} (registry unreachable?): "
+                f"{result.stderr.strip()[-300:]}"
+            )
+        chosen = json.loads(report.read_text())["install"]
+    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen]
+    return tuple(
+        pin for pin in pins if not pin.lower().startswith(("torch==", "nvidia-", "triton=="))
+    )
+
+
+def trl_release_path(version: str) -> Path:
+    """Folder holding the `trl` package of release `version` (`<folder>/trl/__init__.py`)."""
+    return install(f"trl-{version}", (f"trl=={version}",))
+
+
+def transformers4_path() -> Path:
+    """Folder holding transformers 4.57.6 and the few packages that must match it."""
+    return install("transformers-4.57.6", resolve(TRANSFORMERS4_REQUEST))
+
+
+def requests_path() -> Path:
+    """Folder holding `requests` and what it needs that the running environment lacks."""
+    return install("requests", resolve(("requests",)))
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return major, minor
+
+
+def needs_transformers4(version: str) -> bool:
+    """True for the TRL releases (0.17 to 0.26) that only import with transformers 4."""
+    return (0, 17) <= _minor(version) <= (0, 26)
+
+
+def needs_requests(version: str) -> bool:
+    """True for the releases (0.29 to 1.8) that import `requests` without declaring it, when the
+    running environment lacks it."""
+    in_range = (0, 29) <= _minor(version) <= (1, 8)
+    return in_range and importlib.util.find_spec("requests") is None
+
+
+def dependency_paths(version: str) -> list[Path]:
+    """The folders that must come before the running environment on sys.path for release
+    `version` to import (none for releases the environment's transformers serves)."""
+    paths = []
+    if needs_transformers4(version):
+        paths.append(transformers4_path())
+    if needs_requests(version):
+        paths.append(requests_path())
+    return paths
+
+
+def import_paths(version: str) -> list[Path]:
+    """The folders to put first on sys.path so that `import trl` gives release `version`."""
+    return [trl_release_path(version), *dependency_paths(version)]
+
+
+def distributions(folder: Path) -> dict[str, str]:
+    """{normalised distribution name: version} of the dist-infos installed in `folder`."""
+    found = {}
+    for info in folder.glob("*.dist-info"):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        found[normalise(name)] = version
+    return found
+
+
+def normalise(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def parse(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3])
+
+
+def release_conventions(version: str) -> dict:
+    """What TRL release `version`'s GRPOTrainer does where releases differ: the semantics the
+    verifier judges a fork of that release against (the task's `[grpo.intended]` may override
+    them with the fork's own customisations).
+
+    Mirrors `checker/adapters/trl_conventions.py`, which reads them from the imported release;
+    the verifier must not import the fork, so they are decided by the release number here. From
+    each release's `trl/trainer/grpo_config.py` and `grpo_trainer.py`: default loss_type bnpo ->
+    dapo at 0.22.2, scale_rewards a bool up to 0.21, beta 0.04 -> 0.0 at 0.19.1, temperature
+    0.9 -> 1.0 at 0.18.2, `use_bias_correction_kl` from 0.26.2 (default True from 1.10.0), an
+    all-None reward row stays NaN and is left out of the group statistics from 1.6.0 (0 before),
+    a list of EOS ids from 1.14.2, `delta` from 0.18.2, `importance_sampling_level` from 0.20.0.
+    """
+    release = parse(version)
+    loss_types = ["grpo", "bnpo", "dr_grpo"]
+    if release >= (0, 22, 2):
+        loss_types.append("dapo")
+    if release >= (0, 26, 2):
+        loss_types += ["cispo", "sapo"]
+    return {
+        "release": version,
+        "loss_type": "dapo" if release >= (0, 22, 2) else "bnpo",
+        "loss_types": loss_types,
+        "scale_rewards": ["group", "batch", "none"] if release >= (0, 22, 2) else ["group", "none"],
+        "beta": 0.0 if release >= (0, 19, 1) else 0.04,
+        "temperature": 1.0 if release >= (0, 18, 2) else 0.9,
+        "delta": release >= (0, 18, 2),
+        "importance_sampling_level": release >= (0, 20, 0),
+        "use_bias_correction_kl": release >= (1, 10, 0),
+        "bias_correction_field": release >= (0, 26, 2),
+        "nan_rewards": "excluded" if release >= (1, 6, 0) else "zero",
+        "eos_token_ids": "all" if release >= (1, 14, 2) else "first",
+        "decode": "plain",
+    }
