@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,23 @@ def test_instructions_report_symptoms_not_the_injected_code():
             if patch.kind == "bug":
                 assert patch.mutant.replace.strip() not in text, spec.id
                 assert patch.id not in text, spec.id
+
+
+# Words that name a bug's mechanism rather than what a user watched (issue: instructions state
+# symptoms). A logged metric's key (a `code span` with a slash, e.g. `clip_ratio/region_mean`)
+# is what the user saw and may be quoted.
+MECHANISM_WORDS = re.compile(
+    r"clip|epsilon|mask|\bsigns?\b|kl direction|direction of the kl|token[- ]mean|normali[sz]"
+    r"|old log-?prob|stale|\bpad",
+    re.IGNORECASE,
+)
+METRIC_KEY = re.compile(r"`[^`]*/[^`]*`")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_instructions_use_no_vocabulary_of_the_bug(spec):
+    prose = METRIC_KEY.sub("", spec.instruction)
+    assert not MECHANISM_WORDS.findall(prose), spec.id
 
 
 def test_every_task_builds_from_the_current_sources(tmp_path):
