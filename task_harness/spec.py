@@ -42,7 +42,9 @@ class Bug:
     weight: float
     kind: str = "bug"  # "bug" or "decoy"
     guards: str = ""  # decoy only: the bug whose fix must keep this behaviour
-    probes: tuple[str, ...] = ()  # decoy only: the observations that show the behaviour
+    # decoy: the observations that show the behaviour; trl bug: the rules (trl_probes.JUDGES) that
+    # judge it instead of its stage's upstream check, i.e. the fork's intended semantics
+    probes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,10 @@ TRL 1.16's.
 
 The verifier runs it in the child as `session.main(job)`, with the workspace as working folder
 and job = {"stages", "rules", "conventions", "out"}; the observations go to job["out"] as plain
-JSON.
+JSON. "rules" holds the rule names the task's bugs and decoys are judged by (task.toml `probes`):
+the `<stage>.<name>` rules of FORK_CASES and below judge a stage against a TRL 1.16 fork's
+intended semantics (its GRPOConfig defaults and extra terms), `defaults.<field>=<value>` reads
+GRPOConfig's defaults.
 """
 
 from __future__ import annotations
@@ -60,6 +63,15 @@ DECODE_TEXTS = [
     "5 5",
 ]
 PLAIN_ROWS = [0, 4, 6, 7]
+# Log-ratio (or ref - logp) offsets of the fork loss cases, cycled over the tokens: inside and
+# outside 1 +- 0.2 and 1 + 0.28 (DAPO clip-higher), past a dual-clip bound of 3, a KL of 10 and a
+# log-ratio of 20, with both signs.
+FORK_OFFSETS = [0.1, -0.24, 0.24, 0.6, -0.6, 1.5, -1.5, 22.0, -22.0, 0.0, 15.0, -15.0]
+
+
+def _wants(stages, name: str) -> bool:
+    """Whether the job asks for `name` or a rule under it (`name.x`, `name_x`)."""
+    return any(s == name or s.startswith((f"{name}.", f"{name}_")) for s in stages)
 
 
 # TRL 1.16's semantics where a task states none (`task_harness/releases.py` has the others).
@@ -225,13 +237,18 @@ def _generate(trainer) -> dict:
 
 def _observe_scoring(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
+    if "advantages.default_batch" in stages:
+        trainer = _trainer(workdir)  # scale_rewards left to the fork's default
+        captured = _capture_rewards(trainer)
+        batch = _generate(trainer)
+        seen["advantages.default_scale"] = (captured["rewards_per_func"], batch["advantages"])
     if "advantages" in stages:
         for scale in conventions["scale_rewards"]:
             trainer = _trainer(workdir, scale_rewards=scale)
             captured = _capture_rewards(trainer)
             batch = _generate(trainer)
             seen[f"advantages.{scale}"] = (captured["rewards_per_func"], batch["advantages"])
-    if "rewards" in stages:
+    if _wants(stages, "rewards"):
         trainer = _trainer(workdir, [_spread_reward, _aux_reward], reward_weights=[1.0, 0.5])
         captured = _capture_rewards(trainer)
         batch = _generate(trainer)
@@ -240,7 +257,7 @@ def _observe_scoring(workdir: str, stages: list[str], conventions: dict) -> dict
         captured = _capture_rewards(trainer)
         batch = _generate(trainer)
         seen["rewards.unscorable_rows"] = (captured["rewards_per_func"], batch["advantages"])
-    if "decode" in stages:
+    if _wants(stages, "decode"):
         trainer = _trainer(workdir)
         captured = _capture_rewards(trainer)
         texts = DECODE_TEXTS * (len(PROMPTS) * G // len(DECODE_TEXTS))
@@ -278,7 +295,8 @@ LOSS_CASES = {
         None,
     ),
     "clipping.clip_higher": ("clipping", dict(loss_type="dapo", epsilon_high=0.28), 0.8, None),
-    "clipping.delta": ("clipping", dict(loss_type="bnpo", delta=1.3), 0.8, None),
+    # epsilon_high explicit: a fork may change its default (trl-reward-weights-clipping's does)
+    "clipping.delta": ("clipping", dict(loss_type="bnpo", delta=1.3, epsilon_high=0.2), 0.8, None),
     "kl.k3": ("kl", dict(loss_type="dapo", beta=0.04), None, 0.5),
     "kl.bias_correction": ("kl", dict(loss_type="grpo", beta=0.1), 0.1, 0.3),
     "kl.no_bias_correction": (
@@ -314,6 +332,40 @@ def loss_case(name: str, conventions: dict) -> dict | None:
     return overrides
 
 
+# Loss cases judged against a task fork's intended semantics: the trainer is built with
+# `overrides` only, so the fork's own GRPOConfig defaults fill the rest, and `expected` is what the
+# fork intends them to be, with its extra terms (`_fork_loss`). (stage, overrides, old log-probs
+# offset by FORK_OFFSETS, ref log-probs offset by FORK_OFFSETS, expected)
+FORK_CASES = {
+    # trl-ratio-aggregation's fork: loss_type "grpo" and epsilon_high 0.28 by default, the log-ratio
+    # clamped to +-20 before exp (verl core_algos.compute_policy_loss)
+    "ratio.clamped_log_ratio": (
+        "ratio",
+        {},
+        True,
+        False,
+        dict(loss_type="grpo", epsilon_high=0.28, log_ratio_clamp=20.0),
+    ),
+    "loss_aggregation.default_grpo": ("loss_aggregation", {}, False, False, dict(loss_type="grpo")),
+    # trl-reward-weights-clipping's fork: epsilon_high 0.28 by default (DAPO, arXiv:2503.14476) and
+    # dual-clip PPO, the loss of a negative-advantage token capped at 3 |A| (arXiv:1912.09729)
+    "clipping.dual_clip": (
+        "clipping",
+        {},
+        True,
+        False,
+        dict(loss_type="dapo", epsilon_high=0.28, dual_clip_c=3.0),
+    ),
+    # trl-kl-reference's fork: beta 0.04 by default, the per-token KL capped at 10 (verl low_var_kl)
+    "kl.clamped": ("kl", {}, False, True, dict(loss_type="dapo", beta=0.04, kl_max=10.0)),
+}
+
+
+def _fork_offsets(shape) -> torch.Tensor:
+    rows, cols = torch.arange(shape[0]).unsqueeze(1), torch.arange(shape[1]).unsqueeze(0)
+    return torch.tensor(FORK_OFFSETS)[(rows + cols) % len(FORK_OFFSETS)]
+
+
 def _observe_losses(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
     cases = {
@@ -321,17 +373,24 @@ def _observe_losses(workdir: str, stages: list[str], conventions: dict) -> dict:
         for name, case in LOSS_CASES.items()
         if case[0] in stages and loss_case(name, conventions) is not None
     }
+    forks = {name: case for name, case in FORK_CASES.items() if name in stages}
     if "ratio" in stages:
         seen.update(_observe_old_logps(workdir))
-    if not cases:
+    if not cases and not forks:
         return seen
     batch = _generate(_trainer(workdir))
     mask = batch["completion_mask"]
     g = torch.Generator().manual_seed(7)
     noise = torch.rand(mask.shape, generator=g) * 2 - 1
     advantages = torch.randn(mask.size(0), generator=g)
-    for name, (_, _, old_offset, ref_offset) in cases.items():
-        overrides = loss_case(name, conventions)
+    offsets = _fork_offsets(mask.shape)
+    runs = {
+        name: (loss_case(name, conventions), old, ref) for name, (_, _, old, ref) in cases.items()
+    }
+    for name, (_, overrides, old, ref, _) in forks.items():
+        runs[name] = (overrides, 1.0 if old else None, 1.0 if ref else None)
+    for name, (overrides, old_offset, ref_offset) in runs.items():
+        deltas = offsets if name in forks else noise
         extra = {}
         if old_offset is not None and _release(conventions) < (0, 19, 0):
             # TRL 0.17-0.18 `_compute_loss` reads the old log-probs only when num_iterations > 1
@@ -351,9 +410,9 @@ def _observe_losses(workdir: str, stages: list[str], conventions: dict) -> dict:
         inputs.pop("old_per_token_logps", None)
         inputs.pop("ref_per_token_logps", None)
         if old_offset is not None:
-            inputs["old_per_token_logps"] = logps - noise * old_offset
+            inputs["old_per_token_logps"] = logps - deltas * old_offset
         if ref_offset is not None:
-            inputs["ref_per_token_logps"] = logps + noise.flip(0) * ref_offset
+            inputs["ref_per_token_logps"] = logps + deltas.flip(0) * ref_offset
         loss = trainer._compute_loss(trainer.model, inputs)
         (grad,) = torch.autograd.grad(loss, kept["logps"])
         seen[name] = {
@@ -388,9 +447,20 @@ def _observe_old_logps(workdir: str) -> dict:
     }
 
 
+def _reference_after_training(trainer) -> dict:
+    trainer.train()
+    probe_ids = torch.tensor([[3, 13, 4, 5, 6]])
+    with torch.no_grad():
+        return {
+            "ref_logits": trainer.ref_model(input_ids=probe_ids).logits,
+            "policy_logits": trainer.model(input_ids=probe_ids).logits,
+            "probe_ids": probe_ids,
+        }
+
+
 def _observe_model(workdir: str, stages: list[str], conventions: dict) -> dict:
     seen = {}
-    if "logprobs" in stages or "masking" in stages:
+    if _wants(stages, "logprobs") or _wants(stages, "masking"):
         trainer = _trainer(workdir)
         batch = _generate(trainer)
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
@@ -407,17 +477,39 @@ def _observe_model(workdir: str, stages: list[str], conventions: dict) -> dict:
             "logps": logps,
             "eos_token_ids": _eos_token_ids(trainer),
         }
+        if "logprobs.normalised_entropy" in stages:
+            with torch.no_grad():
+                _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+                    trainer.model,
+                    input_ids,
+                    attention_mask,
+                    batch["completion_ids"].size(1),
+                    compute_entropy=True,
+                )
+            seen["batch.entropies"] = entropies
     if "reference_model" in stages:
         trainer = _trainer(workdir, beta=0.04)
-        trainer.train()
-        probe_ids = torch.tensor([[3, 13, 4, 5, 6]])
-        with torch.no_grad():
-            seen["reference_model.after_training"] = {
-                "ref_logits": trainer.ref_model(input_ids=probe_ids).logits,
-                "policy_logits": trainer.model(input_ids=probe_ids).logits,
-                "probe_ids": probe_ids,
-            }
+        seen["reference_model.after_training"] = _reference_after_training(trainer)
+    if "reference_model.default_beta" in stages:
+        try:  # beta left to the fork's default
+            seen["reference_model.default_beta"] = _reference_after_training(_trainer(workdir))
+        except Exception as error:
+            seen["reference_model.default_beta"] = {"error": f"{type(error).__name__}: {error}"}
     return seen
+
+
+def _observe_defaults(workdir: str, stages: list[str], conventions: dict) -> dict:
+    """GRPOConfig's scalar defaults (what a script that does not set a field gets)."""
+    import dataclasses
+
+    if not _wants(stages, "defaults"):
+        return {}
+    from trl import GRPOConfig
+
+    config = GRPOConfig(output_dir=workdir, use_cpu=True)
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    scalar = (bool, int, float, str, type(None))
+    return {"defaults": {k: v for k, v in values.items() if isinstance(v, scalar)}}
 
 
 def observe(workspace: str, stages: list[str], conventions: dict | None = None) -> dict:
@@ -429,7 +521,7 @@ def observe(workspace: str, stages: list[str], conventions: dict | None = None) 
     seen = {}
     conventions = _conventions(conventions)
     with tempfile.TemporaryDirectory() as workdir:
-        for part in (_observe_scoring, _observe_losses, _observe_model):
+        for part in (_observe_scoring, _observe_losses, _observe_model, _observe_defaults):
             try:
                 seen.update(part(workdir, stages, conventions))
             except Exception as error:  # a crash inside the candidate fails its stages, not the run
@@ -609,10 +701,12 @@ def _judge_masking(seen: dict) -> list[str]:
     return []
 
 
-def _judge_reference_model(seen: dict) -> list[str]:
+def _judge_reference_model(seen: dict, key: str = "reference_model.after_training") -> list[str]:
     from reference_impl.tiny import load_tiny
 
-    case = seen["reference_model.after_training"]
+    case = seen[key]
+    if "error" in case:
+        return [f"{key}: the trainer raised {case['error']}"]
     model, _ = load_tiny(tiny_spec())
     model.eval()
     with torch.no_grad():
@@ -624,6 +718,172 @@ def _judge_reference_model(seen: dict) -> list[str]:
             _fail("reference_model: reference logits after training", case["ref_logits"], initial)
         ]
     return []
+
+
+# --- the forks' intended semantics (rules named in task.toml `probes`) ---------------------------
+def _fork_loss(
+    logps,
+    advantages,
+    mask,
+    old,
+    ref,
+    num_items_in_batch,
+    loss_type: str,
+    epsilon_high: float,
+    epsilon_low: float = 0.2,
+    beta: float = 0.0,
+    log_ratio_clamp: float | None = None,
+    dual_clip_c: float | None = None,
+    kl_max: float | None = None,
+) -> torch.Tensor:
+    """TRL 1.16's token-level clipped loss (gt:L3083-3183, one process, GA = 1) with a fork's extra
+    terms: the log-ratio clamped to +-log_ratio_clamp before exp (verl), dual-clip PPO's cap
+    -dual_clip_c * A on negative-advantage tokens (arXiv:1912.09729), the per-token KL capped at
+    kl_max before the ratio correction (verl low_var_kl)."""
+    old = logps.detach() if old is None else old
+    log_ratio = logps - old
+    if log_ratio_clamp is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.unsqueeze(1)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+    if dual_clip_c is not None:
+        per_token = torch.where(adv < 0, torch.min(per_token, -dual_clip_c * adv), per_token)
+    if beta:
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        if kl_max is not None:
+            kl = kl.clamp(max=kl_max)
+        per_token = per_token + beta * kl * ratio  # use_bias_correction_kl (gt:L3104)
+    mask = mask.to(per_token.dtype)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dapo":
+        return (per_token * mask).sum() / torch.as_tensor(num_items_in_batch).clamp(min=1.0)
+    raise ValueError(f"_fork_loss covers grpo and dapo, not {loss_type!r}")
+
+
+def _judge_fork_loss(seen: dict, name: str) -> list[str]:
+    case = seen[name]
+    expected_config = FORK_CASES[name][4]
+    config = dict(expected_config)
+    config.setdefault("epsilon_high", 0.2)
+    logps = case["logps"].clone().requires_grad_(True)
+    loss = _fork_loss(
+        logps,
+        case["advantages"],
+        case["mask"],
+        case["old"],
+        case["ref"],
+        case["num_items_in_batch"],
+        **config,
+    )
+    (grad,) = torch.autograd.grad(loss, logps)
+    mask = case["mask"].bool()
+    intended = ", ".join(f"{k}={v}" for k, v in expected_config.items())
+    if not same(case["loss"], loss.detach(), atol=1e-5):
+        return [_fail(f"{name} loss (intended: {intended})", case["loss"], loss.detach())]
+    if not same(case["grad"][mask], grad[mask], atol=1e-6):
+        return [_fail(f"{name} dL/dlogp (intended: {intended})", case["grad"][mask], grad[mask])]
+    return []
+
+
+# trl-reward-weights-clipping's fork clips each reward function's output to [-1, 1]
+REWARD_CLIP = 1.0
+
+
+def _judge_rewards_clipped(seen: dict, conventions: dict) -> list[str]:
+    """Each function's reward clipped to +-REWARD_CLIP, then weighted and normalised per group
+    (the rows no function scored as in the release: the case's rewards are inside the clip)."""
+    from reference_impl import compute_advantages
+
+    rpf, advantages = seen["rewards.weighted_with_none"]
+    clipped = rpf.clamp(-REWARD_CLIP, REWARD_CLIP)
+    expected = compute_advantages(_rewards(clipped, [1.0, 0.5], conventions), G)
+    if not same(advantages, expected, atol=1e-4):
+        return [_fail("rewards.clipped (advantages)", advantages, expected)]
+    return judge_rewards_unscorable(seen, conventions)
+
+
+def _judge_advantages_default_batch(seen: dict) -> list[str]:
+    """trl-skillsbench-trio's fork: scale_rewards defaults to "batch" (arXiv:2508.08221)."""
+    from reference_impl import combine_rewards, compute_advantages
+
+    rpf, advantages = seen["advantages.default_scale"]
+    expected = compute_advantages(combine_rewards(rpf, None), G, "batch")
+    if not same(advantages, expected, atol=1e-4):
+        return [_fail("advantages with scale_rewards left at its default", advantages, expected)]
+    return []
+
+
+def _judge_masking_drop_truncated(seen: dict) -> list[str]:
+    """trl-never-stops' fork: mask_truncated_completions defaults to True (DAPO overlong
+    filtering), so a completion cut at max_completion_length has an all-zero mask."""
+    from reference_impl import completion_mask
+
+    batch = seen["batch"]
+    expected = completion_mask(batch["completion_ids"], batch["eos_token_ids"], True)
+    if not (expected.sum(-1) == 0).any():
+        return ["masking: no truncated completion in the probe batch, nothing to compare"]
+    if not same(batch["completion_mask"], expected):
+        return [
+            _fail(
+                "masking: completion_mask (truncated rows dropped)",
+                batch["completion_mask"],
+                expected,
+            )
+        ]
+    return []
+
+
+def _judge_normalised_entropy(seen: dict) -> list[str]:
+    """trl-skillsbench-trio's fork: the fused head's entropy is divided by log |V| (in [0, 1])."""
+    import math
+
+    from reference_impl.tiny import load_tiny
+
+    batch = seen["batch"]
+    model, _ = load_tiny(tiny_spec())
+    model.eval()
+    length = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logp = torch.log_softmax(logits[:, -(length + 1) : -1].float() / TEMPERATURE, dim=-1)
+    expected = -(logp.exp() * logp).sum(-1) / math.log(logits.size(-1))
+    mask = batch["completion_mask"].bool()
+    got = seen["batch.entropies"]
+    if not same(got[mask], expected[mask], atol=1e-4):
+        return [_fail("logprobs: per-token entropy / log |V|", got[mask], expected[mask])]
+    return []
+
+
+def _parse_default(check: str) -> tuple[str, object]:
+    import json
+
+    field, _, text = check.removeprefix("defaults.").partition("=")
+    try:
+        return field, json.loads(text)
+    except ValueError:
+        return field, text
+
+
+def judge_default(seen: dict, check: str) -> list[str]:
+    """`defaults.<field>=<value>`: GRPOConfig(...) without `field` gives `value` (JSON, or a bare
+    string)."""
+    field, expected = _parse_default(check)
+    defaults = seen["defaults"]
+    if field not in defaults:
+        return [f"defaults: GRPOConfig has no field {field!r} (intended default {expected!r})"]
+    got = defaults[field]
+    if isinstance(expected, float | int) and not isinstance(expected, bool):
+        ok = (
+            isinstance(got, int | float)
+            and not isinstance(got, bool)
+            and same(got, float(expected))
+        )
+    else:
+        ok = got == expected
+    return [] if ok else [f"defaults: GRPOConfig().{field} is {got!r}, intended {expected!r}"]
 
 
 JUDGES = {
@@ -642,6 +902,15 @@ JUDGES = {
     "decode": judge_decode_plain,
     "decode_reasoning": judge_decode_reasoning,
     "decode_unclosed": judge_decode_unclosed,
+    # the forks' intended semantics, one rule per customised stage
+    "advantages.default_batch": lambda seen, conventions: _judge_advantages_default_batch(seen),
+    "rewards.clipped": _judge_rewards_clipped,
+    "masking.drop_truncated": lambda seen, conventions: _judge_masking_drop_truncated(seen),
+    "logprobs.normalised_entropy": lambda seen, conventions: _judge_normalised_entropy(seen),
+    "reference_model.default_beta": lambda seen, conventions: _judge_reference_model(
+        seen, "reference_model.default_beta"
+    ),
+    **{name: (lambda seen, conventions, n=name: _judge_fork_loss(seen, n)) for name in FORK_CASES},
 }
 
 
@@ -650,6 +919,8 @@ def judge(seen: dict, check: str, conventions: dict | None = None) -> list[str]:
     (TRL 1.16's where absent); empty when it passes."""
     errors = [f"{k}: {v['error']}" for k, v in seen.items() if k.startswith("error.")]
     try:
+        if check.startswith("defaults."):
+            return judge_default(seen, check)
         return JUDGES[check](seen, _conventions(conventions)) or []
     except KeyError as missing:
         return errors or [f"{check}: no observation {missing} (the trainer crashed before it)"]

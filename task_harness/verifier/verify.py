@@ -379,11 +379,17 @@ def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     checks = sorted({bug["stage"] for bug in task["bugs"]})
     # The fork's release and intended customisations (build.py); absent: TRL 1.16's.
     conventions = task.get("conventions") or {}
-    rules = sorted({rule for decoy in task["decoys"] for rule in decoy["probes"]})
+    # A bug with `probes` is judged by those rules (the fork's intended semantics of its stage)
+    # instead of its stage's check; the child observes what every rule reads.
+    judged_by = {bug["stage"]: bug.get("probes") or [bug["stage"]] for bug in task["bugs"]}
+    rules = sorted({rule for b in task["bugs"] + task["decoys"] for rule in b["probes"]})
     seen, cause = children.observe({"stages": checks, "rules": rules, "conventions": conventions})
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
-    problems = {stage: trl_probes.judge(seen, stage, conventions) for stage in checks}
+    problems = {
+        stage: [p for rule in judged_by[stage] for p in trl_probes.judge(seen, rule, conventions)]
+        for stage in checks
+    }
     for decoy in task["decoys"]:
         problems[decoy["id"]] = [
             p for rule in decoy["probes"] for p in trl_probes.judge(seen, rule, conventions)

@@ -1,0 +1,130 @@
+"""The trl tasks' fork rules (`trl_probes.py`): each one a bug or decoy of a trl task is judged by
+passes on the task's intended fork and fails on upstream TRL, so restoring upstream files loses it.
+
+For every trl task, the rules its task.toml names are observed in a child on two workspaces: the
+built task with the oracle's files (the intended fork) and the same workspace with upstream TRL
+(the installed release, which the fork was made from) in place of the fork.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from task_harness.build import build_task, installed_trl
+from task_harness.spec import load_tasks
+
+pytestmark = pytest.mark.xdist_group("tasks-e2e-trl")
+
+VERIFIER = Path(__file__).resolve().parents[1] / "task_harness" / "verifier"
+sys.path.insert(0, str(VERIFIER))
+
+import plain  # noqa: E402
+import trl_probes  # noqa: E402
+
+TRL_SPECS = [s for s in load_tasks() if s.family == "trl"]
+UPSTREAM_STAGE_RULES = set(trl_probes.JUDGES) - {
+    name for name in trl_probes.JUDGES if "." in name or name == "decode_reasoning"
+}
+
+
+def _fork_rules(spec) -> list[str]:
+    """The rules of `spec` that judge fork semantics (not a stage's upstream check)."""
+    rules = {rule for b in spec.bugs for rule in b.probes}
+    return sorted(rule for rule in rules if rule not in UPSTREAM_STAGE_RULES)
+
+
+def _observe(workspace: Path, tests: Path, rules: list[str]) -> dict:
+    out = workspace.parent / f"{workspace.name}-seen.json"
+    job = json.dumps({"stages": rules, "out": str(out)})
+    code = (
+        f"import sys; sys.path.insert(0, {str(tests)!r}); import trl_probes; trl_probes.main({job})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=workspace, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return plain.load(out)
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory):
+    """{task id: (rules, seen on the intended fork, seen on upstream TRL)}."""
+    results = {}
+    for spec in TRL_SPECS:
+        root = build_task(spec, tmp_path_factory.mktemp(spec.id))
+        workspace = root / "environment" / "workspace"
+        intended = root / "intended"
+        upstream = root / "upstream"
+        shutil.copytree(workspace, intended, symlinks=True)
+        shutil.copytree(root / "solution" / "files", intended, dirs_exist_ok=True)
+        shutil.copytree(workspace, upstream, symlinks=True)
+        shutil.rmtree(upstream / "trl" / "trl")
+        shutil.copytree(installed_trl(), upstream / "trl" / "trl")
+        rules = _fork_rules(spec)
+        tests = root / "tests"
+        results[spec.id] = (
+            rules,
+            _observe(intended, tests, rules),
+            _observe(upstream, tests, rules),
+        )
+    return results
+
+
+def test_every_trl_task_judges_fork_semantics_and_scores_decoys():
+    for spec in TRL_SPECS:
+        decoys = [b for b in spec.bugs if b.kind == "decoy"]
+        assert sum(b.weight for b in decoys) >= 0.2 - 1e-9, spec.id
+        assert _fork_rules(spec), spec.id
+        for rule in {r for b in spec.bugs for r in b.probes}:
+            assert rule.startswith("defaults.") or rule in trl_probes.JUDGES, (spec.id, rule)
+
+
+@pytest.mark.parametrize("task_id", [s.id for s in TRL_SPECS])
+def test_the_intended_fork_passes_each_rule_and_upstream_fails_it(observed, task_id):
+    rules, intended, upstream = observed[task_id]
+    for rule in rules:
+        assert trl_probes.judge(intended, rule) == [], (task_id, rule)
+        assert trl_probes.judge(upstream, rule), (task_id, rule, "upstream TRL passes")
+
+
+def test_fork_loss_is_trl_loss_without_the_fork_terms():
+    """`_fork_loss` with no extra term is reference_impl's TRL 1.16 loss (grpo and dapo, KL on)."""
+    from reference_impl import compute_loss
+
+    g = torch.Generator().manual_seed(3)
+    mask = (torch.rand(6, 5, generator=g) > 0.3).int()
+    mask[:, 0] = 1
+    logps = -torch.rand(6, 5, generator=g) * 3
+    old = logps - (torch.rand(6, 5, generator=g) - 0.5)
+    ref = logps + (torch.rand(6, 5, generator=g) - 0.5)
+    advantages = torch.randn(6, generator=g)
+    for loss_type in ("grpo", "dapo"):
+        kwargs = dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04)
+        ours = trl_probes._fork_loss(logps, advantages, mask, old, ref, mask.sum(), **kwargs)
+        theirs = compute_loss(
+            logps,
+            advantages,
+            mask,
+            old_per_token_logps=old,
+            ref_per_token_logps=ref,
+            num_items_in_batch=mask.sum(),
+            **kwargs,
+        )
+        assert torch.allclose(ours, theirs, atol=1e-6), loss_type
+
+
+def test_a_defaults_rule_reads_json_or_a_bare_string():
+    seen = {"defaults": {"beta": 0.04, "loss_type": "grpo", "mask_truncated_completions": True}}
+    assert trl_probes.judge(seen, "defaults.beta=0.04") == []
+    assert trl_probes.judge(seen, "defaults.loss_type=grpo") == []
+    assert trl_probes.judge(seen, "defaults.mask_truncated_completions=true") == []
+    assert trl_probes.judge(seen, "defaults.beta=0.0")
+    assert trl_probes.judge(seen, "defaults.mask_truncated_completions=1")
+    assert trl_probes.judge(seen, "defaults.kl_clamp=10.0")  # a field upstream lacks
