@@ -28,7 +28,8 @@ sys.path.insert(0, str(VERIFIER))
 import plain  # noqa: E402
 import trl_probes  # noqa: E402
 
-TRL_SPECS = [s for s in load_tasks() if s.family == "trl"]
+# The forks of the TRL installed here (a task on an older release is judged by its conventions)
+TRL_SPECS = [s for s in load_tasks() if s.family == "trl" and s.trl_version is None]
 UPSTREAM_STAGE_RULES = set(trl_probes.JUDGES) - {
     name for name in trl_probes.JUDGES if "." in name or name == "decode_reasoning"
 }
@@ -40,11 +41,12 @@ def _fork_rules(spec) -> list[str]:
     return sorted(rule for rule in rules if rule not in UPSTREAM_STAGE_RULES)
 
 
-def _observe(workspace: Path, tests: Path, rules: list[str]) -> dict:
+def _observe(workspace: Path, tests: Path, rules: list[str], conventions: dict) -> dict:
     out = workspace.parent / f"{workspace.name}-seen.json"
-    job = json.dumps({"stages": rules, "out": str(out)})
+    job = json.dumps({"stages": [], "rules": rules, "conventions": conventions, "out": str(out)})
     code = (
-        f"import sys; sys.path.insert(0, {str(tests)!r}); import trl_probes; trl_probes.main({job})"
+        f"import json, sys; sys.path.insert(0, {str(tests)!r}); import trl_probes; "
+        f"trl_probes.main(json.loads({job!r}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=workspace, capture_output=True, text=True, timeout=600
@@ -55,7 +57,7 @@ def _observe(workspace: Path, tests: Path, rules: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory):
-    """{task id: (rules, seen on the intended fork, seen on upstream TRL)}."""
+    """{task id: (rules, conventions, seen on the intended fork, seen on upstream TRL)}."""
     results = {}
     for spec in TRL_SPECS:
         root = build_task(spec, tmp_path_factory.mktemp(spec.id))
@@ -69,10 +71,12 @@ def observed(tmp_path_factory):
         shutil.copytree(installed_trl(), upstream / "trl" / "trl")
         rules = _fork_rules(spec)
         tests = root / "tests"
+        conventions = json.loads((tests / "task.json").read_text()).get("conventions") or {}
         results[spec.id] = (
             rules,
-            _observe(intended, tests, rules),
-            _observe(upstream, tests, rules),
+            conventions,
+            _observe(intended, tests, rules, conventions),
+            _observe(upstream, tests, rules, conventions),
         )
     return results
 
@@ -88,10 +92,10 @@ def test_every_trl_task_judges_fork_semantics_and_scores_decoys():
 
 @pytest.mark.parametrize("task_id", [s.id for s in TRL_SPECS])
 def test_the_intended_fork_passes_each_rule_and_upstream_fails_it(observed, task_id):
-    rules, intended, upstream = observed[task_id]
+    rules, conventions, intended, upstream = observed[task_id]
     for rule in rules:
-        assert trl_probes.judge(intended, rule) == [], (task_id, rule)
-        assert trl_probes.judge(upstream, rule), (task_id, rule, "upstream TRL passes")
+        assert trl_probes.judge(intended, rule, conventions) == [], (task_id, rule)
+        assert trl_probes.judge(upstream, rule, conventions), (task_id, rule, "upstream passes")
 
 
 def test_fork_loss_is_trl_loss_without_the_fork_terms():
