@@ -333,13 +333,21 @@ def check_reference(task: dict, children: Children) -> dict[str, list[str]]:
         if not (same(got, expected) or same(got, upstream[name])):
             stage = ref_probes.PROBES[name][0]
             problems[stage].append(f"{name}: expected {describe(expected)}, got {describe(got)}")
-    for decoy in task["decoys"]:
-        problems[decoy["id"]] = [
+    return problems | _decoy_problems(task, seen, intended)
+
+
+def _decoy_problems(task: dict, seen: dict, intended: dict) -> dict[str, list[str]]:
+    """Each decoy's probes must give the intended result exactly (no upstream alternative)."""
+    from judge import describe, same
+
+    return {
+        decoy["id"]: [
             f"{name}: intended {describe(intended[name])}, got {describe(seen.get(name))}"
             for name in decoy["probes"]
             if not same(seen.get(name), intended[name])
         ]
-    return problems
+        for decoy in task["decoys"]
+    }
 
 
 def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
@@ -363,13 +371,7 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
         got = seen.get(name, {"error": "not observed"})
         if stage in problems and not same(got, expected):
             problems[stage].append(f"{name}: expected {describe(expected)}, got {describe(got)}")
-    for decoy in task["decoys"]:
-        problems[decoy["id"]] = [
-            f"{name}: intended {describe(intended[name])}, got {describe(seen.get(name))}"
-            for name in decoy["probes"]
-            if not same(seen.get(name), intended[name])
-        ]
-    return problems
+    return problems | _decoy_problems(task, seen, intended)
 
 
 def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
