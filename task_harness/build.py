@@ -53,7 +53,7 @@ EXPERIMENT_MODULES = ("toy_tasks.py", "tiny.py")
 # (steps 31-40), rlzero format 0.95-0.99 / 0.00 (steps 21-30). The thresholds leave a factor of 2
 # either side. The copy task and the TRL family learn too slowly for a short run on 2 cores: no
 # rule, the probes alone decide. A task's `[grpo.learning]` table adds rules for bugs that leave
-# the reward rising in a short run but show elsewhere in the log: `min_loss` and `max_kl` bound
+# the reward rising in a short run but show elsewhere in the log: `min_loss`, `min_kl` and `max_kl` bound
 # the window's mean loss and KL.
 LEARNING_RULES = {
     ("minigrpo", "succ"): {"steps": 40, "window": 10, "threshold": 0.3},

@@ -40,6 +40,14 @@ def test_a_task_rule_on_the_kl_needs_the_kl_printed():
     assert "kl missing" in learning_problems(_steps(40, 0.7), rule, "")[0]
 
 
+def test_a_task_rule_on_the_kl_from_below_catches_a_reference_that_moves_with_the_policy():
+    """rz-kl-anchor: the fixed run's kl is 1.9 over rollouts 31-40, the buggy one's 0.04."""
+    rule = RULE | {"min_kl": 0.5, "max_kl": 3.0}
+    assert learning_problems(_steps(40, 0.96, kl=1.91), rule, "") == []
+    (problem,) = learning_problems(_steps(40, 0.94, kl=0.043), rule, "")
+    assert "mean kl 0.043" in problem and "not at least 0.5" in problem
+
+
 def test_a_run_that_reached_its_target_early_is_judged_on_what_it_printed():
     assert learning_problems(_steps(39, 0.9), RULE, "reached target", ended_early=True) == []
     (cut_short,) = learning_problems(_steps(39, 0.9), RULE, "Killed")

@@ -275,6 +275,7 @@ BOUNDS = (
     ("reward", "threshold", "at least", "it does not learn"),
     ("loss", "min_loss", "at least", "the loss sinks as no correct objective's does"),
     ("kl", "max_kl", "at most", "the policy drifts from the reference as no penalty allows"),
+    ("kl", "min_kl", "at least", "the reference moves with the policy"),
 )
 
 
@@ -283,7 +284,7 @@ def learning_problems(
 ) -> list[str]:
     """Empty when the short training run behaves as the fixed trainer does: over its last
     `window` steps the mean reward reaches `threshold`, and, where the task sets them, the mean
-    loss stays at least `min_loss` and the mean KL at most `max_kl` (task.json "learning", set
+    loss stays at least `min_loss` and the mean KL between `min_kl` and `max_kl` (task.json "learning", set
     from runs of the buggy and the fixed trainer). A run that reached its target and ended
     before `steps` is judged on the last `window` steps it printed."""
     if len(steps) < rule["steps"] and not (ended_early and len(steps) >= rule["window"]):
