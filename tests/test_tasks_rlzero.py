@@ -65,28 +65,40 @@ def test_the_suite_has_rlzero_tasks_with_three_bugs_and_decoys():
         assert sum(d.weight for d in decoys) >= 0.2 - 1e-9, spec.id
 
 
-def test_each_probe_gives_the_same_result_twice(intended):
+# Each injected bug once (several tasks share one), with the stage it is scored by.
+BUGS = {
+    patch.id: (patch, next(b.stage for b in spec.bugs if b.id == patch.id))
+    for spec in RZ_TASKS
+    for patch in spec.patches
+    if patch.kind == "bug"
+}
+
+
+@pytest.fixture(scope="module")
+def intended_by_stage(intended):
+    """The intended trainer's observations, per stage, computed once."""
+    stages = {stage for stage, _ in rlzero_probes.PROBES.values()}
+    return {stage: _observe(intended, [stage]) for stage in sorted(stages)}
+
+
+def test_each_probe_gives_the_same_result_twice(intended, intended_by_stage):
     """The probes are deterministic, so a difference is the code's, never the seed's."""
     stages = sorted({stage for stage, _ in rlzero_probes.PROBES.values()})
-    first, second = _observe(intended, stages), _observe(intended, stages)
-    assert not [n for n, v in first.items() if isinstance(v, dict) and "error" in v]
+    first = {name: v for seen in intended_by_stage.values() for name, v in seen.items()}
+    second = _observe(intended, stages)
+    assert not [n for n, v in second.items() if isinstance(v, dict) and "error" in v]
     assert [n for n in first if not judge.same(second[n], first[n])] == []
 
 
-@pytest.mark.parametrize(
-    ("task_id", "patch_id"),
-    [(s.id, p.id) for s in RZ_TASKS for p in s.patches if p.kind == "bug"],
-)
+@pytest.mark.parametrize("patch_id", sorted(BUGS))
 def test_every_injected_bug_changes_what_its_stage_probes_see(
-    task_id, patch_id, intended, tmp_path
+    patch_id, intended_by_stage, tmp_path
 ):
-    (spec,) = [s for s in RZ_TASKS if s.id == task_id]
-    patch = next(p for p in spec.patches if p.id == patch_id)
-    stage = next(b.stage for b in spec.bugs if b.id == patch_id)
+    patch, stage = BUGS[patch_id]
     buggy = tmp_path / "buggy"
     _independent_trainer("rlzero", buggy)
     patch.mutant.apply(buggy)
-    expected, seen = _observe(intended, [stage]), _observe(buggy, [stage])
+    expected, seen = intended_by_stage[stage], _observe(buggy, [stage])
     differing = [n for n in expected if not judge.same(seen[n], expected[n])]
     assert differing, f"{patch_id}: no probe of stage {stage} sees it"
 
