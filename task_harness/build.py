@@ -290,7 +290,8 @@ def _release_stack(text: str, version: str) -> str:
     for folder in dependency_paths(version):
         for name, release in sorted(distributions(folder).items()):
             pins[name] = f"{name.replace('_', '-')}=={release}"
-    return text[:start] + " ".join(pins.values()) + text[end:]
+    text = text[:start] + " ".join(pins.values()) + text[end:]
+    return text.replace("TRL 1.16.0's dependencies", f"TRL {version}'s dependencies", 1)
 
 
 def _without_block(text: str, name: str) -> str:

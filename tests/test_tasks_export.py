@@ -7,6 +7,7 @@ under ~/.cache/grpo-skill/harbor-venv and skips, saying why, where that is impos
 from __future__ import annotations
 
 import glob
+import json
 import shutil
 import subprocess
 import tomllib
@@ -79,10 +80,13 @@ def test_export_writes_harbors_layout_for_every_task(exported):
         assert config["verifier"]["environment_mode"] == "separate"
         assert sum(b["weight"] for b in config["metadata"]["grpo"]["bugs"]) == pytest.approx(1.0)
         dockerfile = (folder / "environment" / "Dockerfile").read_text()
+        # The stack is that of the fork's release (an older fork's pins its own dependencies).
+        release = json.loads((folder / "tests" / "task.json").read_text())["fork_version"]
         assert (
             "python:3.11" in dockerfile
             and "torch==2.13.0" in dockerfile
-            and "trl==1.16.0" in dockerfile
+            and f"trl=={release or '1.16.0'}" in dockerfile
+            and f"TRL {release or '1.16.0'}'s dependencies" in dockerfile
         )
         assert not (folder / "environment" / "grpo-skill").exists()  # the no-skill condition
         assert "grpo" not in dockerfile.lower()
