@@ -45,6 +45,11 @@ class Bug:
     # decoy: the observations that show the behaviour; trl bug: the rules (trl_probes.JUDGES) that
     # judge it instead of its stage's upstream check, i.e. the fork's intended semantics
     probes: tuple[str, ...] = ()
+    # bug only: the condition of the task's run under which the bug shows and without which the
+    # code reads as correct ("pad == EOS", "temperature != 1", "passes > 1"); "" for a bug that
+    # reading the code against the formula reveals. At least half of a task's bug weight is on
+    # bugs with a condition (tests/test_tasks_spec.py).
+    condition: str = ""
 
 
 @dataclass(frozen=True)
