@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,40 @@ FAMILIES = ("reference", "trl")
 # tasks) and `rlzero` (an independent trainer with its own structure and conventions,
 # task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
 TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",)}
+# The conditions a bug may show under (`condition` of a bug), each with what makes it hold in a
+# task's run: its `[grpo.train]` settings, or the training script of its trainer. A bug's
+# condition must hold in its own task, or the bug has no visible effect there.
+TRL_REWARD_WEIGHTS = [1.0, 0.1]  # templates/train_trl.py.tmpl: answer and brevity rewards
+
+
+def _train(spec: TaskSpec, key: str, default: object) -> object:
+    return spec.train.get(key, default)
+
+
+CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
+    # rlzero's train.py sets pad_token = eos_token, as many chat models ship.
+    "pad == EOS": lambda spec: spec.trainer == "rlzero",
+    "temperature != 1": lambda spec: _train(spec, "temperature", 1.0) != 1.0,
+    "passes > 1": lambda spec: spec.trainer == "rlzero" and _train(spec, "passes", 1) > 1,
+    "num_iterations > 1": lambda spec: (
+        spec.family == "trl" and _train(spec, "num_iterations", 1) > 1
+    ),
+    "kl_coef > 0": lambda spec: spec.trainer == "rlzero" and _train(spec, "kl_coef", 0.0) > 0,
+    "beta > 0": lambda spec: spec.family == "trl" and _train(spec, "beta", 0.0) > 0,
+    # rlzero samples prompts_per_step (default 8) distinct prompts per rollout.
+    "several prompts per rollout": lambda spec: (
+        spec.trainer == "rlzero" and _train(spec, "prompts_per_step", 8) > 1
+    ),
+    # rlzero's format task rewards "7" followed by the EOS.
+    "a reward that needs the EOS": lambda spec: (
+        spec.trainer == "rlzero" and _train(spec, "task", "") == "format"
+    ),
+    # The trl tasks' tiny model answers plainly: its completions never carry <think> tags.
+    "completions without reasoning tags": lambda spec: spec.family == "trl",
+    "several reward functions with unequal weights": lambda spec: (
+        spec.family == "trl" and len(set(_train(spec, "reward_weights", TRL_REWARD_WEIGHTS))) > 1
+    ),
+}
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 TRL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -138,6 +173,15 @@ def _validate(spec: TaskSpec) -> None:
             raise TaskSpecError(f"{where}: decoy {bug.id} guards unknown bug {bug.guards!r}")
         if bug.kind == "bug" and bug.id not in patch_bugs:
             raise TaskSpecError(f"{where}: bug {bug.id} has no patch in patches.yaml")
+        if bug.condition and bug.condition not in CONDITIONS:
+            raise TaskSpecError(
+                f"{where}: bug {bug.id} has unknown condition {bug.condition!r}; "
+                f"known: {', '.join(CONDITIONS)}"
+            )
+        if bug.condition and not CONDITIONS[bug.condition](spec):
+            raise TaskSpecError(
+                f"{where}: bug {bug.id} shows when {bug.condition}, which its run does not have"
+            )
     stages = {b.stage for b in spec.bugs if b.kind == "bug"}
     if len(stages) != len(bug_ids):
         raise TaskSpecError(

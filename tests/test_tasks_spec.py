@@ -94,6 +94,29 @@ def test_a_spec_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
     folder = tmp_path / "bad-task"
     shutil.copytree(source, folder)
     toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace("weight = 0.3 }", "weight = 0.8 }"))
+    toml.write_text(toml.read_text().replace("weight = 0.3,", "weight = 0.8,"))
     with pytest.raises(TaskSpecError, match="sum to 1.5"):
+        load_task(folder)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_at_least_half_of_the_bug_weight_needs_a_measurement(spec):
+    """Bugs whose code reads as correct and that show only under a condition of the task's run
+    (`condition`, checked to hold when the spec loads) carry at least half of the bug weight."""
+    bugs = [b for b in spec.bugs if b.kind == "bug"]
+    bound = sum(b.weight for b in bugs if b.condition)
+    assert bound >= 0.5 * sum(b.weight for b in bugs) - 1e-9, (spec.id, bound)
+
+
+def test_a_bug_whose_condition_the_run_lacks_or_that_is_unknown_is_refused(tmp_path):
+    source = next(s for s in SPECS if s.id == "rz-format-stop").folder
+    folder = tmp_path / "bad-task"
+    shutil.copytree(source, folder)
+    toml = folder / "task.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace("temperature = 0.7", "temperature = 1.0"))
+    with pytest.raises(TaskSpecError, match="shows when temperature != 1, which its run"):
+        load_task(folder)
+    toml.write_text(text.replace('condition = "pad == EOS"', 'condition = "on Tuesdays"'))
+    with pytest.raises(TaskSpecError, match="unknown condition 'on Tuesdays'"):
         load_task(folder)

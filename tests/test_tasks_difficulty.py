@@ -1,0 +1,81 @@
+"""A task's difficulty is measured (task_harness/difficulty.py): each task.toml records the
+checker's findings and the best baseline, its label follows the rule from them, and the
+recorded findings are what grpo-check reports on the task today."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+
+import pytest
+from click.testing import CliRunner
+
+from task_harness import difficulty
+from task_harness.cli import tasks
+from task_harness.spec import TASKS_DIR, load_task, load_tasks
+
+pytestmark = pytest.mark.xdist_group("tasks-difficulty")
+
+
+def test_the_label_follows_the_larger_solved_share():
+    assert difficulty.label(0.0, 0.0) == "hard"
+    assert difficulty.label(0.3, 0.45) == "hard"
+    assert difficulty.label(0.5, 0.0) == "medium"
+    assert difficulty.label(0.0, 0.5) == "medium"
+    assert difficulty.label(0.9375, 0.4) == "medium"
+    assert difficulty.label(1.0, 0.0) == "easy"
+    assert difficulty.label(0.2, 1.0) == "easy"
+
+
+@pytest.mark.parametrize("spec", load_tasks(), ids=lambda s: s.id)
+def test_every_task_records_its_measurement_and_is_labelled_by_it(spec):
+    measured = difficulty.recorded(spec)
+    assert measured is not None, f"{spec.id}: run `grpo-check tasks difficulty --write {spec.id}`"
+    bugs = {b.id: b.weight for b in spec.bugs if b.kind == "bug"}
+    assert set(measured.checker_found) <= set(bugs)
+    share = sum(bugs[b] for b in measured.checker_found) / sum(bugs.values())
+    assert measured.checker_share == pytest.approx(share, abs=1e-4)
+    assert spec.toml["metadata"]["difficulty"] == measured.difficulty
+
+
+def test_write_replaces_the_label_and_the_table(tmp_path):
+    folder = tmp_path / "rz-format-stop"
+    shutil.copytree(TASKS_DIR / "rz-format-stop", folder)
+    spec = load_task(folder)
+    difficulty.write(spec, difficulty.Measurement(("pad_masks_eos",), 0.375, 0.1))
+    every_bug = tuple(b.id for b in spec.bugs if b.kind == "bug")
+    difficulty.write(load_task(folder), difficulty.Measurement(every_bug, 1.0, 0.0))
+    text = (folder / "task.toml").read_text()
+    assert text.count("[grpo.difficulty]") == 1
+    parsed = tomllib.loads(text)
+    assert parsed["metadata"]["difficulty"] == "easy"
+    assert parsed["grpo"]["difficulty"] == {
+        "checker_found": list(every_bug),
+        "checker_share": 1.0,
+        "baseline_max": 0.0,
+    }
+    assert parsed["grpo"]["bugs"] == spec.toml["grpo"]["bugs"]  # the rest is untouched
+
+
+def test_the_command_remeasures_a_task_as_recorded_and_says_when_its_label_is_stale(tmp_path):
+    """grpo-check on rz-format-stop's buggy and fixed trainer (through the rlzero adapter) finds
+    the bugs recorded in its task.toml; a label that disagrees with the measurement fails."""
+    shipped = load_task(TASKS_DIR / "rz-format-stop")
+    recorded = difficulty.recorded(shipped)
+    tasks_dir = tmp_path / "tasks"
+    shutil.copytree(shipped.folder, tasks_dir / shipped.id)
+    toml = tasks_dir / shipped.id / "task.toml"
+    stated = shipped.toml["metadata"]["difficulty"]
+    wrong = "easy" if stated != "easy" else "hard"
+    toml.write_text(toml.read_text().replace(f'difficulty = "{stated}"', f'difficulty = "{wrong}"'))
+    verified = tmp_path / "verify.json"
+    best = {"reference-copy": recorded.baseline_max}
+    verified.write_text(json.dumps([{"id": shipped.id, "baselines": best}]))
+    done = CliRunner().invoke(
+        tasks, ["difficulty", "--tasks-dir", str(tasks_dir), "--baselines", str(verified)]
+    )
+    assert done.exit_code == 1, done.output
+    assert f"-> {stated}  (task.toml: {wrong})" in done.output
+    found = done.output.split("found: ", 1)[1].split(")", 1)[0]
+    assert tuple(found.split(", ")) == recorded.checker_found
