@@ -85,6 +85,56 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
     sys.exit(0 if all(row["ok"] for row in rows) else 1)
 
 
+@tasks.command("difficulty")
+@click.argument("task_ids", nargs=-1)
+@click.option(
+    "--baselines",
+    "verify_json",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A `tasks verify --json` output to take the baselines' rewards from (else they are run).",
+)
+@click.option("--write", is_flag=True, help="Record the measurement and label in each task.toml.")
+@tasks_dir_option
+def difficulty_command(task_ids, verify_json: Path | None, write: bool, tasks_dir: Path) -> None:
+    """Measure each task's difficulty: the share of its bugs grpo-check's output localises and the
+    best shortcut baseline's reward (task_harness/difficulty.py gives the rule). Exit 1 when a
+    task.toml's label differs from the measured one (unless --write)."""
+    from task_harness import difficulty
+    from task_harness.build import build_task
+
+    specs = _load(task_ids, tasks_dir)
+    verified = {}
+    if verify_json:
+        rows = json.loads(verify_json.read_text())
+        verified = {row["id"]: max(row["baselines"].values(), default=0.0) for row in rows}
+    stale = []
+    with tempfile.TemporaryDirectory(prefix="grpo-difficulty-") as scratch, _build_errors():
+        for spec in specs:
+            built = build_task(spec, Path(scratch))
+            best = verified.get(spec.id)
+            if best is None:
+                best = difficulty.best_baseline(spec, built)
+            try:
+                measured = difficulty.measure(spec, built, best)
+            except difficulty.DifficultyError as error:
+                raise click.ClickException(str(error)) from None
+            stated = spec.toml["metadata"]["difficulty"]
+            bugs = [b for b in spec.bugs if b.kind == "bug"]
+            click.echo(
+                f"{spec.id:<28} checker {len(measured.checker_found)}/{len(bugs)} bugs, "
+                f"{measured.checker_share:.2f} of the weight "
+                f"(found: {', '.join(measured.checker_found) or 'none'})  "
+                f"baselines {measured.baseline_max:.2f}  "
+                f"-> {measured.difficulty}"
+                + ("" if stated == measured.difficulty else f"  (task.toml: {stated})")
+            )
+            if write:
+                difficulty.write(spec, measured)
+            elif stated != measured.difficulty:
+                stale.append(spec.id)
+    sys.exit(1 if stale else 0)
+
+
 @tasks.command("run")
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option(
@@ -253,10 +303,15 @@ def export_command(out: Path, fmt: str, skill: bool, task_ids, tasks_dir: Path) 
     help="Where to write gen-s<SEED>-k<K>/ (never inside the installed package).",
 )
 @click.option(
-    "--no-verify", is_flag=True, help="Skip checking that nop scores 0 on every drawn bug."
+    "--no-verify",
+    is_flag=True,
+    help="Skip scoring nop and reference-copy and measuring the difficulty (the symptoms are "
+    "still measured).",
 )
 def generate_command(seed: int, num_bugs: int, out: Path, no_verify: bool) -> None:
-    """Draw K bugs from the mutation catalog into a new reference-family task."""
+    """Draw K bugs of the shipped rlzero tasks into a new rlzero task: its training script is run
+    fixed, with every bug and with each alone, a bug with no visible effect is redrawn, and the
+    instruction reports what the runs showed (task_harness/generate.py)."""
     from task_harness.generate import GenerateError, generate_task
 
     try:
