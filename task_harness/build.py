@@ -196,6 +196,7 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     model = tiny_model_path(TinySpec())
     shutil.copytree(model, workspace / "model")
     _tokenizer_for_release(workspace / "model", fork_version(spec))
+    _tokenizer_settings(workspace / "model", spec.toml["grpo"].get("tokenizer", {}))
 
 
 def _tokenizer_for_release(model: Path, version: str) -> None:
@@ -208,6 +209,24 @@ def _tokenizer_for_release(model: Path, version: str) -> None:
         config = json.loads(path.read_text())
         config["model_input_names"] = ["input_ids", "attention_mask"]
         path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _tokenizer_settings(model: Path, settings: dict) -> None:
+    """A trl task's `[grpo.tokenizer]` entries written into the model folder's
+    tokenizer_config.json: the tokenizer the task's model ships (e.g. `pad_token = "<eos>"`, a
+    pad token that is the EOS, as many chat models have)."""
+    if settings:
+        path = model / "tokenizer_config.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | settings, indent=2) + "\n")
+
+
+def protected_files(spec: TaskSpec) -> list[str]:
+    """The workspace files that define the experiment (PROTECTED), and the tokenizer's settings
+    where the task sets them (`[grpo.tokenizer]`)."""
+    files = list(PROTECTED[spec.trainer])
+    if spec.family == "trl" and spec.toml["grpo"].get("tokenizer"):
+        files.append("model/tokenizer_config.json")
+    return files
 
 
 def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
@@ -245,7 +264,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         "trainer": spec.trainer,
         "bugs": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "bug"],
         "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],
-        "protected": {rel: sha256(workspace / rel) for rel in PROTECTED[spec.trainer]},
+        "protected": {rel: sha256(workspace / rel) for rel in protected_files(spec)},
         "installed": {"trl": tree_digest(installed_trl())},
         # The release the trl family's fork was made from (its package reads the version from
         # installed metadata, so the tree does not say): what upstream-restore downloads.

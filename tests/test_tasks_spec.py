@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -42,6 +43,17 @@ def test_skillsbench_trio_keeps_its_three_bugs_and_the_reasoning_decoy():
     assert {b.stage for b in trio.bugs} == {"advantages", "logprobs", "decode"}
     decoy = next(b for b in trio.bugs if b.kind == "decoy")
     assert decoy.guards == "decode_blanks_plain"
+
+
+@pytest.mark.parametrize("task_id", ["trl-never-stops", "trl-skillsbench-trio"])
+def test_half_the_bug_weight_is_on_bugs_with_a_condition(task_id):
+    """At least half of the task's bug weight (decoys aside) is on bugs that show only under a
+    condition of its run (`condition`), with a margin against rounding."""
+    spec = next(s for s in SPECS if s.id == task_id)
+    bugs = [b for b in spec.bugs if b.kind == "bug"]
+    conditioned = sum(b.weight for b in bugs if b.condition)
+    assert conditioned >= 0.5 * sum(b.weight for b in bugs) + 1e-6, task_id
+    assert all(not b.condition for b in spec.bugs if b.kind == "decoy"), task_id
 
 
 def test_instructions_report_symptoms_not_the_injected_code():
@@ -85,7 +97,9 @@ def test_trl_workspace_holds_a_patched_copy_not_the_repository(tmp_path):
     spec = next(s for s in SPECS if s.id == "trl-never-stops")
     workspace = build_task(spec, tmp_path) / "environment" / "workspace"
     trainer = (workspace / "trl" / "trl" / "trainer" / "grpo_trainer.py").read_text()
-    assert "(sequence_indices < eos_idx.unsqueeze(1))" in trainer
+    assert "completion_mask = (completion_ids != self._tokenizer.pad_token_id).int()" in trainer
+    tokenizer = json.loads((workspace / "model" / "tokenizer_config.json").read_text())
+    assert tokenizer["pad_token"] == tokenizer["eos_token"]  # the bug's condition: pad == EOS
     assert not list(Path(spec.folder).rglob("grpo_trainer.py"))  # TRL code is never stored
 
 

@@ -134,7 +134,9 @@ def _config_value(name: str, value):
     return value
 
 
-def _trainer(workdir: str, reward_funcs=None, **overrides):
+def _trainer(workdir: str, reward_funcs=None, pad_token: str | None = None, **overrides):
+    """A GRPOTrainer of the workspace's TRL on the tiny model; `pad_token`: the tokenizer's pad
+    token in place of its own (`"<eos>"`: pad == EOS, as many chat models ship)."""
     import transformers
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast
@@ -161,6 +163,8 @@ def _trainer(workdir: str, reward_funcs=None, **overrides):
     )
     config.update({name: _config_value(name, value) for name, value in overrides.items()})
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    if pad_token is not None:
+        tokenizer.pad_token = pad_token
     if int(transformers.__version__.split(".")[0]) < 5:
         # TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4
         # refuses `token_type_ids` (the model takes none)
@@ -487,6 +491,8 @@ def _observe_model(workdir: str, stages: list[str], conventions: dict) -> dict:
                     compute_entropy=True,
                 )
             seen["batch.entropies"] = entropies
+    if "masking.pad_is_eos" in stages:
+        seen["batch.pad_is_eos"] = _observe_mask_pad_is_eos(workdir)
     if "reference_model" in stages:
         trainer = _trainer(workdir, beta=0.04)
         seen["reference_model.after_training"] = _reference_after_training(trainer)
@@ -496,6 +502,22 @@ def _observe_model(workdir: str, stages: list[str], conventions: dict) -> dict:
         except Exception as error:
             seen["reference_model.default_beta"] = {"error": f"{type(error).__name__}: {error}"}
     return seen
+
+
+def _observe_mask_pad_is_eos(workdir: str) -> dict:
+    """The completion mask of a batch sampled with a tokenizer whose pad token is its EOS: the
+    padding after a finished completion is then EOS tokens too (catalog B55, TRL PR #4848)."""
+    trainer = _trainer(workdir, pad_token="<eos>")
+    try:
+        batch = _generate(trainer)
+    except Exception as error:  # B55 empties a completion that stops at once: ids[-1] fails
+        return {"error": f"{type(error).__name__}: {error}"[:300]}
+    return {
+        "completion_ids": batch["completion_ids"],
+        "completion_mask": batch["completion_mask"],
+        "eos_token_ids": _eos_token_ids(trainer),
+        "pad_token_id": trainer.processing_class.pad_token_id,
+    }
 
 
 def _observe_defaults(workdir: str, stages: list[str], conventions: dict) -> dict:
@@ -836,6 +858,31 @@ def _judge_masking_drop_truncated(seen: dict) -> list[str]:
     return []
 
 
+def _judge_masking_pad_is_eos(seen: dict) -> list[str]:
+    """trl-never-stops' run, whose tokenizer pads with its EOS: each completion's mask still covers
+    the tokens up to and including its first EOS (the padding after it is EOS tokens too), and a
+    truncated completion is dropped (the fork's mask_truncated_completions=True default)."""
+    from reference_impl import completion_mask
+
+    case = seen["batch.pad_is_eos"]
+    if "error" in case:
+        return [f"masking with pad == EOS: the trainer raised {case['error']}"]
+    if case["pad_token_id"] not in case["eos_token_ids"]:
+        return ["masking: the probe's pad token is not the EOS, nothing to compare"]
+    expected = completion_mask(case["completion_ids"], case["eos_token_ids"], True)
+    if not ((expected.sum(-1) == 0).any() and (expected.sum(-1) > 0).any()):
+        return ["masking: the probe batch lacks a finished or a truncated completion"]
+    if not same(case["completion_mask"], expected):
+        return [
+            _fail(
+                "masking with pad == EOS: completion_mask (truncated rows dropped)",
+                case["completion_mask"],
+                expected,
+            )
+        ]
+    return []
+
+
 def _judge_normalised_entropy(seen: dict) -> list[str]:
     """trl-skillsbench-trio's fork: the fused head's entropy is divided by log |V| (in [0, 1])."""
     import math
@@ -906,6 +953,7 @@ JUDGES = {
     "advantages.default_batch": lambda seen, conventions: _judge_advantages_default_batch(seen),
     "rewards.clipped": _judge_rewards_clipped,
     "masking.drop_truncated": lambda seen, conventions: _judge_masking_drop_truncated(seen),
+    "masking.pad_is_eos": lambda seen, conventions: _judge_masking_pad_is_eos(seen),
     "logprobs.normalised_entropy": lambda seen, conventions: _judge_normalised_entropy(seen),
     "reference_model.default_beta": lambda seen, conventions: _judge_reference_model(
         seen, "reference_model.default_beta"
