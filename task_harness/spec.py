@@ -30,6 +30,7 @@ TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",)}
 # task's run: its `[grpo.train]` settings, or the training script of its trainer. A bug's
 # condition must hold in its own task, or the bug has no visible effect there.
 TRL_REWARD_WEIGHTS = [1.0, 0.1]  # templates/train_trl.py.tmpl: answer and brevity rewards
+EOS = "<eos>"  # the tiny tokenizer's EOS (reference_impl/tiny.py; not imported: it loads torch)
 
 
 def _train(spec: TaskSpec, key: str, default: object) -> object:
@@ -37,8 +38,11 @@ def _train(spec: TaskSpec, key: str, default: object) -> object:
 
 
 CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
-    # rlzero's train.py sets pad_token = eos_token, as many chat models ship.
-    "pad == EOS": lambda spec: spec.trainer == "rlzero",
+    # rlzero's train.py sets pad_token = eos_token, as many chat models ship; a trl task's model
+    # ships such a tokenizer when its [grpo.tokenizer] says so.
+    "pad == EOS": lambda spec: (
+        spec.trainer == "rlzero" or spec.toml["grpo"].get("tokenizer", {}).get("pad_token") == EOS
+    ),
     "temperature != 1": lambda spec: _train(spec, "temperature", 1.0) != 1.0,
     "passes > 1": lambda spec: spec.trainer == "rlzero" and _train(spec, "passes", 1) > 1,
     "num_iterations > 1": lambda spec: (

@@ -45,17 +45,6 @@ def test_skillsbench_trio_keeps_its_three_bugs_and_the_reasoning_decoy():
     assert decoy.guards == "decode_blanks_plain"
 
 
-@pytest.mark.parametrize("task_id", ["trl-never-stops", "trl-skillsbench-trio"])
-def test_half_the_bug_weight_is_on_bugs_with_a_condition(task_id):
-    """At least half of the task's bug weight (decoys aside) is on bugs that show only under a
-    condition of its run (`condition`), with a margin against rounding."""
-    spec = next(s for s in SPECS if s.id == task_id)
-    bugs = [b for b in spec.bugs if b.kind == "bug"]
-    conditioned = sum(b.weight for b in bugs if b.condition)
-    assert conditioned >= 0.5 * sum(b.weight for b in bugs) + 1e-6, task_id
-    assert all(not b.condition for b in spec.bugs if b.kind == "decoy"), task_id
-
-
 def test_instructions_report_symptoms_not_the_injected_code():
     for spec in SPECS:
         text = spec.instruction
