@@ -135,6 +135,38 @@ def difficulty_command(task_ids, verify_json: Path | None, write: bool, tasks_di
     sys.exit(1 if stale else 0)
 
 
+@tasks.command("symptoms")
+@click.argument("task_ids", nargs=-1, required=True)
+@click.option(
+    "--lines",
+    type=int,
+    default=None,
+    help="Log lines per run (default: 50 rollouts of train.py, 6 lines = 60 steps of train_grpo.py).",
+)
+@tasks_dir_option
+def symptoms_command(task_ids, lines: int | None, tasks_dir: Path) -> None:
+    """Run each task's training script fixed, with every bug, and with each bug alone, and say in
+    which logged columns each run departs from the fixed one (task_harness/symptoms.py)."""
+    from task_harness import symptoms
+    from task_harness.generate import TARGET
+
+    for spec in _load(task_ids, tasks_dir):
+        with _build_errors():
+            runs = symptoms.measure_task(spec, lines)
+        fixed = runs.pop("fixed")
+        rewards = fixed.blocks("reward")
+        click.echo(
+            f"{spec.id}: fixed run {len(fixed.steps)} log lines, reward "
+            f"{symptoms.summary_span(rewards)}" + (f", died: {fixed.crash}" if fixed.crash else "")
+        )
+        bugs = {b.id: b for b in spec.bugs}
+        for name, run in runs.items():
+            bug = bugs.get(name)
+            label = name if bug is None else f"{name} ({bug.stage}, {bug.weight}"
+            label += "" if bug is None else (f", {bug.condition})" if bug.condition else ")")
+            click.echo(f"  {label}: {symptoms.summary(run, fixed, TARGET)}")
+
+
 @tasks.command("run")
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option(

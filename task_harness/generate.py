@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import tempfile
 import textwrap
 from dataclasses import dataclass
@@ -220,26 +219,12 @@ def instruction(train: dict, sentences: list[str]) -> str:
 def measure(folder: Path, bugs: list[Drawable]) -> tuple[list[str], list[str]]:
     """Run the task in `folder` fixed, with every bug and with each alone: the sentences that
     describe the run with every bug, and the bugs whose own run looks like the fixed one."""
-    from task_harness.build import build_task
-
-    with tempfile.TemporaryDirectory(prefix="grpo-generate-") as scratch:
-        built = build_task(load_task(folder), Path(scratch))
-        workspace = built / "environment" / "workspace"
-        fixed_ws = Path(scratch) / "fixed"
-        shutil.copytree(workspace, fixed_ws)
-        shutil.copytree(built / "solution" / "files", fixed_ws, dirs_exist_ok=True)
-        fixed = symptoms.train(fixed_ws)
-        everything = symptoms.train(workspace)
-        invisible = []
-        for item in bugs:
-            alone = Path(scratch) / f"alone-{item.bug.id}"
-            shutil.copytree(fixed_ws, alone)
-            item.mutant.apply(alone)
-            if not symptoms.differences(symptoms.train(alone), fixed, TARGET):
-                invisible.append(item.bug.id)
-        if not symptoms.differences(everything, fixed, TARGET):
-            invisible = [d.bug.id for d in bugs]
-        return symptoms.describe(everything, fixed, TARGET), invisible
+    runs = symptoms.measure_task(load_task(folder))
+    fixed, everything = runs["fixed"], runs["all bugs"]
+    invisible = [d.bug.id for d in bugs if not symptoms.differences(runs[d.bug.id], fixed, TARGET)]
+    if not symptoms.differences(everything, fixed, TARGET):
+        invisible = [d.bug.id for d in bugs]
+    return symptoms.describe(everything, fixed, TARGET), invisible
 
 
 def _verify(folder: Path, bugs: list[Drawable]) -> tuple[list[str], str]:

@@ -3,7 +3,6 @@ instruction is written (task_harness/generate.py, task_harness/symptoms.py)."""
 
 from __future__ import annotations
 
-import math
 import random
 import re
 import shutil
@@ -11,7 +10,6 @@ import shutil
 import pytest
 from test_tasks_spec import MECHANISM_WORDS
 
-from task_harness import symptoms
 from task_harness.build import build_task
 from task_harness.generate import LOSS_STAGES, draw, generate_task, load_corpus, train_config
 from task_harness.generate import write_task as write_generated
@@ -19,51 +17,6 @@ from task_harness.runner import run_trial
 from task_harness.spec import load_task
 
 CORPUS = load_corpus()
-
-
-def _log(rewards, ratio=None, kl=None, loss=0.01) -> str:
-    lines = []
-    for i, reward in enumerate(rewards, 1):
-        extra = "" if ratio is None else f"  ratio_max {ratio:.4f}"
-        extra += "" if kl is None else f"  kl {kl:.4f}"
-        lines.append(f"step {i:3d}  reward {reward:.3f}  loss {loss:+.4f}  length 2.00{extra}")
-    return "\n".join(lines)
-
-
-FIXED = symptoms.parse(_log([0.1] * 10 + [0.6] * 10 + [0.95] * 10, ratio=1.0), "", 0)
-
-
-def test_a_log_is_parsed_with_its_extra_columns_and_its_crash():
-    run = symptoms.parse(
-        _log([0.5, 0.7], ratio=1.2, kl=0.3, loss=float("nan")),
-        "Traceback (most recent call last):\n  ...\nRuntimeError: probability tensor contains nan\n",
-        1,
-    )
-    assert [s["reward"] for s in run.steps] == [0.5, 0.7]
-    assert run.steps[0]["ratio_max"] == 1.2 and run.steps[1]["kl"] == 0.3
-    assert run.nan_loss and run.crash == "RuntimeError: probability tensor contains nan"
-    assert symptoms.parse(_log([0.5]), "", -9).crash == ""  # cut by us, not a crash
-
-
-def test_a_run_like_the_fixed_one_shows_nothing_and_each_symptom_is_seen():
-    assert symptoms.differences(FIXED, FIXED, 0.9) == []
-    flat = symptoms.parse(_log([0.1] * 50, ratio=1.0), "", -9)
-    assert {"reward", "target"} <= set(symptoms.differences(flat, FIXED, 0.9))
-    off_policy = symptoms.parse(_log([0.1] * 10 + [0.6] * 10 + [0.95] * 10, ratio=1.28), "", 0)
-    assert symptoms.differences(off_policy, FIXED, 0.9) == ["ratio_max"]
-    crashed = symptoms.parse(_log([0.1], loss=math.nan), "RuntimeError: boom", 1)
-    assert {"crash", "nan"} <= set(symptoms.differences(crashed, FIXED, 0.9))
-
-
-def test_the_description_reports_outcomes_in_a_users_words():
-    flat = symptoms.parse(_log([0.1] * 50, ratio=1.3, kl=0.02), "", -9)
-    fixed = symptoms.parse(_log([0.1] * 10 + [0.6] * 10 + [0.95] * 10, ratio=1.0, kl=0.5), "", 0)
-    text = " ".join(symptoms.describe(flat, fixed, 0.9))
-    assert (
-        "by rollout 29" in text
-    )  # 0.6 + 9 x 0.95 over rollouts 20-29 and "between 0.100 and 0.100" in text
-    assert "`ratio_max`" in text and "`kl` averages 0.020" in text
-    assert not MECHANISM_WORDS.findall(text)
 
 
 @pytest.mark.parametrize("seed", range(12))
