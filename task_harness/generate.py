@@ -221,6 +221,8 @@ def measure(folder: Path, bugs: list[Drawable]) -> tuple[list[str], list[str]]:
     describe the run with every bug, and the bugs whose own run looks like the fixed one."""
     runs = symptoms.measure_task(load_task(folder))
     fixed, everything = runs["fixed"], runs["all bugs"]
+    if fixed.crash or not fixed.steps:
+        raise GenerateError(f"the fixed trainer's run failed: {fixed.crash or 'no log lines'}")
     invisible = [d.bug.id for d in bugs if not symptoms.differences(runs[d.bug.id], fixed, TARGET)]
     if not symptoms.differences(everything, fixed, TARGET):
         invisible = [d.bug.id for d in bugs]

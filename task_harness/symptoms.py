@@ -113,11 +113,15 @@ def parse(stdout: str, stderr: str, returncode: int) -> Run:
 
 
 def train(
-    workspace: Path, rollouts: int = ROLLOUTS, script: str = "train.py", env: dict | None = None
+    workspace: Path,
+    rollouts: int = ROLLOUTS,
+    script: str = "train.py",
+    env: dict | None = None,
+    python: Path | str = sys.executable,
 ) -> Run:
     """Run `python script` in `workspace` until it ends or has logged `rollouts` lines."""
     process = subprocess.Popen(
-        [sys.executable, script],
+        [str(python), script],
         cwd=workspace,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -271,16 +275,17 @@ def describe(run: Run, fixed: Run, target: float) -> list[str]:
 def measure_task(spec, lines: int | None = None) -> dict[str, Run]:
     """The task's training script run fixed ("fixed"), with every bug ("all bugs") and with each
     bug alone (under its id), each cut after `lines` log lines."""
-    from task_harness.build import build_task
+    from task_harness.agent_env import agent_env
+    from task_harness.build import build_task, fork_version
 
     trl = spec.family == "trl"
     lines = lines or (TRL_LOG_LINES if trl else ROLLOUTS)
     script = "train_grpo.py" if trl else "train.py"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    if spec.trl_version:  # an older fork imports with its release's dependencies
-        from task_harness.releases import dependency_paths
-
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in dependency_paths(spec.trl_version))
+    env.pop("PYTHONPATH", None)
+    # The Python the agent's user runs the script with: the task's own stack (an older fork's
+    # dependencies included), and no GRPO library but the fork.
+    python = agent_env("no-skill", spec.family, fork_version(spec)) / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix=f"grpo-symptoms-{spec.id}-") as scratch:
         built = build_task(spec, Path(scratch))
         workspace = built / "environment" / "workspace"
@@ -288,8 +293,8 @@ def measure_task(spec, lines: int | None = None) -> dict[str, Run]:
         shutil.copytree(workspace, fixed, symlinks=True)
         shutil.copytree(built / "solution" / "files", fixed, dirs_exist_ok=True)
         runs = {
-            "fixed": train(fixed, lines, script, env),
-            "all bugs": train(workspace, lines, script, env),
+            "fixed": train(fixed, lines, script, env, python),
+            "all bugs": train(workspace, lines, script, env, python),
         }
         for patch in spec.patches:
             if patch.kind != "bug":
@@ -297,5 +302,5 @@ def measure_task(spec, lines: int | None = None) -> dict[str, Run]:
             alone = Path(scratch) / f"alone-{patch.id}"
             shutil.copytree(fixed, alone, symlinks=True)
             patch.mutant.apply(alone / "trl" if trl else alone)
-            runs[patch.id] = train(alone, lines, script, env)
+            runs[patch.id] = train(alone, lines, script, env, python)
     return runs
