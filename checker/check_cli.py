@@ -1,9 +1,9 @@
 """`grpo-check TARGET`: check a trainer stage by stage (the command-line contract in the README);
 `grpo-check profile TARGET`: measure its conventions (checker.profile).
 
-Exit status 0 when every check that ran passed, 1 when one failed or raised in the candidate, 2
-when nothing could be checked. With `--json`, standard output holds one JSON object and nothing
-else; progress goes to standard error.
+Exit status 0 when every check that ran passed, 1 when one failed or raised in the candidate (or,
+with `--strict`, when a stage had no check that ran), 2 when nothing could be checked. With
+`--json`, standard output holds one JSON object and nothing else; progress goes to standard error.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rich.text import Text
 from checker import __version__
 from checker.candidate import KINDS, TargetError, resolve_target
 from checker.checks import CheckResult
+from checker.coverage import uncovered
 from checker.diagnosis import diagnose
 from checker.profile import PROFILE_TIMEOUT, ProfileError, run_profile, yaml_text
 from checker.report import print_table, shown, to_json, write_junit
@@ -76,6 +77,9 @@ def run_check(
 @click.option(
     "--workers", type=click.IntRange(1, 2), default=2, show_default=True, help="Child processes."
 )
+@click.option(
+    "--strict", is_flag=True, help="Exit 1 when a stage had no check that ran (all skipped)."
+)
 def check(
     target: str,
     kind: str,
@@ -85,6 +89,7 @@ def check(
     seed: int,
     timeout: float,
     workers: int,
+    strict: bool,
 ) -> None:
     """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, a TRL source tree, or `verl`."""
     err = Console(stderr=True)
@@ -111,8 +116,9 @@ def check(
     if as_json:
         click.echo(to_json(target, kind_found, __version__, results, diagnosis))
     else:
-        print_table(out, target, results, diagnosis)
-    sys.exit(1 if any(r.status in ("fail", "error") for r in results) else 0)
+        print_table(out, target, results, diagnosis, strict)
+    failed = any(r.status in ("fail", "error") for r in results)
+    sys.exit(1 if failed or (strict and uncovered(results)) else 0)
 
 
 @click.command("profile")

@@ -24,6 +24,7 @@ import pytest
 from checker.candidate import resolve_target
 from checker.check_cli import DEFAULT_SEED, DEFAULT_TIMEOUT
 from checker.checks import CheckResult, all_checks
+from checker.coverage import uncovered
 from checker.diagnosis import diagnose
 from checker.sandbox import run_in_process, run_isolated
 
@@ -36,11 +37,12 @@ def assert_grpo_check(
     seed: int = DEFAULT_SEED,
     timeout: float = DEFAULT_TIMEOUT,
     isolated: bool = True,
+    strict: bool = False,
 ) -> list[CheckResult]:
     """Run grpo-check on `target`; raise AssertionError listing the failures, else return results.
 
     `isolated=False` runs the checks in this process (faster, no watchdog): for candidates you
-    trust not to hang or exit.
+    trust not to hang or exit. `strict=True` also fails when a stage had no check that ran.
     """
     spec = resolve_target(target, kind)
     if isolated:
@@ -54,6 +56,11 @@ def assert_grpo_check(
         for r in bad:
             where = f"  [{r.location}]" if r.location else ""
             lines.append(f"{r.status.upper()} {r.check}: {r.message}{where}")
+        raise AssertionError("\n".join(lines))
+    missing = uncovered(results) if strict else {}
+    if missing:
+        lines = [f"grpo-check {target}: {len(missing)} stages not covered (strict)"]
+        lines += [f"not covered: {stage}: {why}" for stage, why in missing.items()]
         raise AssertionError("\n".join(lines))
     return results
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checker.checks import PLAYBOOK, CheckResult
+from checker.coverage import uncovered, verdict
 from checker.diagnosis import error_cause
 from reference_impl.protocol import STAGES
 
@@ -50,6 +51,7 @@ def to_json(
         "version": version,
         "results": [r.to_json() for r in results],
         "summary": summary(results),
+        "uncovered": [{"stage": s, "reason": why} for s, why in uncovered(results).items()],
     }
     if diagnosis:
         document["diagnosis"] = diagnosis
@@ -57,10 +59,15 @@ def to_json(
 
 
 def print_table(
-    console: Console, target: str, results: list[CheckResult], diagnosis: dict | None
+    console: Console,
+    target: str,
+    results: list[CheckResult],
+    diagnosis: dict | None,
+    strict: bool = False,
 ) -> None:
     """A per-stage table of counts, then one line per failure and error: expected, seen, likely
-    cause, where in the candidate, and which section of the skill's playbook explains the rule."""
+    cause, where in the candidate, and which section of the skill's playbook explains the rule;
+    then each stage that no check covered, and why."""
     counts = summary(results)
     if diagnosis:  # first: the one stage to look at before reading anything else
         text = Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red")
@@ -93,10 +100,12 @@ def print_table(
     console.print(table)
     failures = [r for r in results if r.status in ("fail", "error")]
     print_failures(console, failures, diagnosis)
-    verdict = "all checks that ran passed" if not failures else "FAILED"
+    missing = uncovered(results)
+    for stage, why in missing.items():
+        console.print(Text(f"not covered: {stage}: {why}", style="yellow"), soft_wrap=True)
     console.print(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
-        f"{counts['skip']} skipped: {verdict}"
+        f"{counts['skip']} skipped: {verdict(bool(failures), missing, strict)}"
     )
 
 
