@@ -2,7 +2,9 @@
 
 `resolve_target` turns the command-line TARGET into a `CandidateSpec` without importing anything
 (so a bad candidate cannot crash the parent): a `.py` file, a dotted module, a YAML file (stage
-protocol section "Candidates with other names or conventions") or TRL (`trl`, or a TRL source tree).
+protocol section "Candidates with other names or conventions"), TRL (`trl`, or a TRL source tree)
+or a user's GRPOTrainer subclass (`FILE.py:CLASS`, `module:CLASS`, or `trainer:` in YAML), with
+the user's GRPOConfig (`--config FILE.py:NAME`, or `grpo_config:` in YAML).
 `load_candidate` runs in the child: it imports the candidate and returns its protocol functions,
 their source locations and the conventions it declares.
 
@@ -36,7 +38,9 @@ from checker.adapters import trl_version
 from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
-YAML_KEYS = {"module", "path", "functions", "config", "supported"}
+YAML_KEYS = {"module", "path", "functions", "config", "supported", "trainer", "grpo_config"}
+# The keywords grpo-check passes a GRPOTrainer (subclass) when it builds one.
+TRAINER_KEYWORDS = ("model", "reward_funcs", "args", "train_dataset", "processing_class")
 KINDS = ("auto", "functions", "trl", "verl")
 
 
@@ -57,6 +61,10 @@ class CandidateSpec:
     supported: dict[str, list] = field(default_factory=dict)
     trl_source: str | None = None
     cwd: str = field(default_factory=os.getcwd)
+    trainer: str | None = None  # a GRPOTrainer subclass: "/abs/file.py:CLASS" or "module:CLASS"
+    grpo_config: str | dict | None = (
+        None  # its GRPOConfig: "FILE.py:NAME" / "module:NAME", or fields
+    )
 
 
 @dataclass
@@ -70,10 +78,29 @@ class Candidate:
     supported: dict[str, list]
 
 
-def resolve_target(target: str, kind: str = "auto") -> CandidateSpec:
-    """Decide the kind of TARGET and read its YAML, without importing the candidate."""
+def resolve_target(
+    target: str, kind: str = "auto", grpo_config: str | None = None
+) -> CandidateSpec:
+    """Decide the kind of TARGET and read its YAML, without importing the candidate.
+
+    `grpo_config` (`--config FILE.py:NAME`) names the GRPOConfig a trainer is checked with.
+    """
+    spec = _resolve(target, kind)
+    if grpo_config is not None:
+        if spec.kind != "trl":
+            raise TargetError(
+                f"--config {grpo_config}: a GRPOConfig is for a trainer (FILE.py:CLASS or trl), "
+                f"not the {spec.kind} kind"
+            )
+        spec.grpo_config = _reference(grpo_config, "--config")
+    return spec
+
+
+def _resolve(target: str, kind: str) -> CandidateSpec:
     if kind not in KINDS:
         raise TargetError(f"unknown --kind {kind!r}; use {', '.join(KINDS)}")
+    if _is_reference(target) and kind in ("auto", "trl"):
+        return _resolve_trainer(target, _reference(target, target))
     if kind == "verl" or (kind == "auto" and target == "verl"):
         if target != "verl":
             raise TargetError(
@@ -128,6 +155,38 @@ def _resolve_trl(target: str, tree_root: Path | None) -> CandidateSpec:
     return CandidateSpec(target, "trl", trl_source=str(tree_root.resolve()))
 
 
+def _is_reference(text: str) -> bool:
+    """`FILE.py:NAME` or `dotted.module:NAME`."""
+    left, colon, name = text.rpartition(":")
+    return bool(colon and left and name.isidentifier())
+
+
+def _reference(text: str, source: str, base: Path | None = None) -> str:
+    """`FILE.py:NAME` with the file made absolute (relative to `base`, else the current folder),
+    or `dotted.module:NAME` as given; one line naming the problem otherwise."""
+    left, _, name = text.rpartition(":")
+    if not _is_reference(text):
+        raise TargetError(f"{source}: {text!r} is not FILE.py:NAME or module:NAME")
+    if left.endswith(".py"):
+        path = (base or Path.cwd()) / left
+        if not path.is_file():
+            raise TargetError(f"{source}: {left}: no such file")
+        return f"{path.resolve()}:{name}"
+    if not all(part.isidentifier() for part in left.split(".")):
+        raise TargetError(f"{source}: {left} is neither a .py file nor a dotted module name")
+    return text
+
+
+def _resolve_trainer(target: str, trainer: str) -> CandidateSpec:
+    """A GRPOTrainer subclass, checked on the TRL that `grpo-check trl` would check here."""
+    try:
+        spec = _resolve_trl("trl", None)
+    except TargetError as error:
+        raise TargetError(f"{target}: {error}") from None
+    spec.target, spec.trainer = target, trainer
+    return spec
+
+
 def _refuse_unsupported(target: str, root: Path) -> None:
     reason = trl_version.unsupported_reason(trl_version.version_of(root))
     if reason is not None:
@@ -151,6 +210,10 @@ def _spec_from_yaml(target: str) -> CandidateSpec:
         raise TargetError(
             f"{target}: unknown key(s) {sorted(unknown)}; allowed {sorted(YAML_KEYS)}"
         )
+    if "trainer" in data:
+        return _trainer_from_yaml(target, data, path.parent)
+    if "grpo_config" in data:
+        raise TargetError(f"{target}: `grpo_config` goes with `trainer`")
     if ("module" in data) == ("path" in data):
         raise TargetError(f"{target}: give exactly one of `module` or `path`")
     renames = data.get("functions") or {}
@@ -171,6 +234,30 @@ def _spec_from_yaml(target: str) -> CandidateSpec:
         if not file.is_file():
             raise TargetError(f"{target}: path {data['path']} does not exist")
         spec.path = str(file)
+    return spec
+
+
+def _trainer_from_yaml(target: str, data: dict, base: Path) -> CandidateSpec:
+    """`trainer: FILE.py:CLASS` (relative to the YAML file), an optional `grpo_config` (a
+    reference or a mapping of GRPOConfig fields), and `config` / `supported` as for functions."""
+    extra = {"module", "path", "functions"} & set(data)
+    if extra:
+        raise TargetError(f"{target}: `trainer` cannot go with {sorted(extra)}")
+    trainer = data["trainer"]
+    if not isinstance(trainer, str):
+        raise TargetError(f"{target}: `trainer` must be FILE.py:CLASS or module:CLASS")
+    spec = _resolve_trainer(target, _reference(trainer, target, base))
+    grpo_config = data.get("grpo_config")
+    if isinstance(grpo_config, str):
+        spec.grpo_config = _reference(grpo_config, target, base)
+    elif isinstance(grpo_config, dict):
+        spec.grpo_config = grpo_config
+    elif grpo_config is not None:
+        raise TargetError(f"{target}: `grpo_config` must be FILE.py:NAME or a mapping of fields")
+    spec.config = normalise_config(data.get("config") or {}, target)
+    spec.supported = data.get("supported") or {}
+    if not isinstance(spec.supported, dict):
+        raise TargetError(f"{target}: `supported` must be a mapping")
     return spec
 
 
@@ -255,12 +342,18 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
         sys.path.insert(0, spec.trl_source)
     try:
         import trl  # noqa: F401 - resolve which TRL is first on the path before the adapter does
-
+    except BaseException as error:  # noqa: BLE001 - a patched TRL may fail in any way
+        raise TargetError(f"{spec.target}: cannot import TRL: {_brief_error(error)}") from None
+    if spec.trainer or spec.grpo_config:
+        _select_trainer(spec)
+    try:
         adapter = importlib.import_module("checker.adapters.trl_adapter")
     except BaseException as error:  # noqa: BLE001 - a patched TRL may fail in any way
         raise TargetError(
-            f"{spec.target}: cannot import TRL or its adapter: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+            f"{spec.target}: cannot import TRL or its adapter: {_brief_error(error)}"
         ) from None
+    if spec.trainer or spec.grpo_config:
+        _build_eagerly(spec, adapter)
     functions, locations = {}, {}
     for name in ALL_FUNCTIONS:
         fn = getattr(adapter, name, None)
@@ -278,9 +371,110 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
         **DEFAULTS,
         **normalise_config(keywords, "checker.adapters.trl_adapter"),
         **named,
+        **spec.config,  # conventions a subclass declares (`config:` beside `trainer:` in YAML)
     }
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
+    supported |= {k: list(v) for k, v in spec.supported.items()}
     return Candidate(spec, functions, locations, config, supported)
+
+
+def _brief_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+
+
+def _select_trainer(spec: CandidateSpec) -> None:
+    """Import the user's GRPOTrainer subclass and GRPOConfig and have the adapter build them.
+
+    One line (exit 2) for what cannot be built: a class that is not a GRPOTrainer, an `__init__`
+    with required arguments grpo-check cannot supply, a config that is not a GRPOConfig or a
+    mapping of its fields.
+    """
+    from trl import GRPOConfig, GRPOTrainer
+
+    from checker.adapters import trl_trainer
+
+    cls = _import_reference(spec, spec.trainer) if spec.trainer else GRPOTrainer
+    if not (isinstance(cls, type) and issubclass(cls, GRPOTrainer)):
+        what = cls.__name__ if isinstance(cls, type) else type(cls).__name__
+        bases = ", ".join(b.__name__ for b in getattr(cls, "__mro__", ())[1:3]) or what
+        raise TargetError(
+            f"{spec.target}: {what} is not a subclass of trl's GRPOTrainer (it derives from {bases})"
+        )
+    _refuse_unsuppliable(spec, cls)
+    config_cls, values = GRPOConfig, {}
+    if spec.grpo_config is not None:
+        config_cls, values = _user_config(spec, GRPOConfig)
+    trl_trainer.check_subclass(cls, config_cls, values)
+
+
+_IMPORTED: dict[str, object] = {}
+
+
+def _import_reference(spec: CandidateSpec, reference: str) -> object:
+    """The object `FILE.py:NAME` or `module:NAME` names, imported as a functions candidate is."""
+    where, _, name = reference.rpartition(":")
+    if where not in _IMPORTED:  # a trainer and its config in one file: one module, one class
+        module_spec = CandidateSpec(spec.target, "functions", cwd=spec.cwd)
+        if where.endswith(".py"):
+            module_spec.path = where
+        else:
+            module_spec.module = where
+        _IMPORTED[where] = _import_functions_module(module_spec)
+    module = _IMPORTED[where]
+    if not hasattr(module, name):
+        raise TargetError(f"{spec.target}: {Path(where).name} has no {name}")
+    return getattr(module, name)
+
+
+def _refuse_unsuppliable(spec: CandidateSpec, cls: type) -> None:
+    """Required `__init__` parameters other than those grpo-check passes cannot be supplied."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return
+    required = [
+        p.name
+        for p in parameters
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in TRAINER_KEYWORDS
+    ]
+    if required:
+        raise TargetError(
+            f"{spec.target}: {cls.__name__}.__init__ requires {', '.join(required)}, which "
+            f"grpo-check cannot supply (it passes {', '.join(TRAINER_KEYWORDS)}); give "
+            f"{'it a default' if len(required) == 1 else 'them defaults'}"
+        )
+
+
+def _user_config(spec: CandidateSpec, base: type) -> tuple[type, dict]:
+    """The GRPOConfig class and field values `--config` names: a GRPOConfig (its class, maybe a
+    subclass, and its values) or a mapping of GRPOConfig fields."""
+    from dataclasses import fields
+
+    config = spec.grpo_config
+    if isinstance(config, str):
+        config = _import_reference(spec, config)
+    if isinstance(config, base):
+        return type(config), {f.name: getattr(config, f.name) for f in fields(config) if f.init}
+    if not isinstance(config, dict):
+        raise TargetError(
+            f"{spec.target}: the config is a {type(config).__name__}, not a GRPOConfig or a dict"
+        )
+    known = {f.name for f in fields(base)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise TargetError(f"{spec.target}: the config has unknown GRPOConfig field(s) {unknown}")
+    return base, dict(config)
+
+
+def _build_eagerly(spec: CandidateSpec, adapter) -> None:
+    """Build the user's trainer now, so that a constructor that fails is one line (exit 2)."""
+    try:
+        adapter.harness.trainer()
+    except BaseException as error:  # noqa: BLE001 - the user's __init__ may raise anything
+        cls = adapter.harness.checked_class().__name__
+        raise TargetError(f"{spec.target}: building {cls} failed: {_brief_error(error)}") from None
 
 
 def function_location(fn: object, cwd: str) -> str | None:

@@ -39,9 +39,10 @@ def run_check(
     timeout: float = DEFAULT_TIMEOUT,
     workers: int = 2,
     log=lambda _: None,
+    grpo_config: str | None = None,
 ) -> tuple[str, list[CheckResult], dict | None]:
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
-    spec = resolve_target(target, kind)
+    spec = resolve_target(target, kind, grpo_config)
     results = run_isolated(spec, stages, seed, timeout, workers, log)
     return spec.kind, results, diagnose(results)
 
@@ -80,6 +81,12 @@ def run_check(
 @click.option(
     "--strict", is_flag=True, help="Exit 1 when a stage had no check that ran (all skipped)."
 )
+@click.option(
+    "--config",
+    "grpo_config",
+    metavar="FILE.py:NAME",
+    help="The GRPOConfig (or dict of its fields) a trainer (FILE.py:CLASS, trl) is checked with.",
+)
 def check(
     target: str,
     kind: str,
@@ -90,8 +97,10 @@ def check(
     timeout: float,
     workers: int,
     strict: bool,
+    grpo_config: str | None,
 ) -> None:
-    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, a TRL source tree, or `verl`."""
+    """Check TARGET: a .py file, a dotted module, a YAML file, `trl`, a TRL source tree, `verl`,
+    or a GRPOTrainer subclass as FILE.py:CLASS or module:CLASS."""
     err = Console(stderr=True)
     out = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
     status = err.status(f"grpo-check {target}: loading the candidate", spinner="dots")
@@ -105,6 +114,7 @@ def check(
             timeout,
             workers,
             log=lambda name: status.update(f"grpo-check {target}: {name}"),
+            grpo_config=grpo_config,
         )
     except (TargetError, CandidateLoadError) as error:
         status.stop()

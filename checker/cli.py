@@ -20,6 +20,7 @@ grpo-check: no target given. What to do next:
 
   grpo-check trl                      check the GRPOTrainer of the TRL that Python imports here
   grpo-check verl                     check verl's core_algos (advantage, policy losses, agg_loss, KL)
+  grpo-check my_trainer.py:MyTrainer  check your GRPOTrainer subclass (--config cfg.py:CONFIG)
   grpo-check path/to/my_grpo.py       check a from-scratch trainer's stage functions
   grpo-check my_trainer.yaml          the same, with renamed functions or declared conventions
   grpo-check profile my_grpo.py       measure its conventions (--write my_trainer.yaml)
@@ -52,6 +53,7 @@ def main() -> None:
     \b
     grpo-check TARGET [--kind auto|functions|trl|verl] [--stage STAGE]... [--json]
                       [--junit-xml PATH] [--seed N] [--timeout SECONDS]
+                      [--config FILE.py:NAME] [--strict]
     grpo-check profile TARGET [--kind ...] [--json] [--write PATH]
     grpo-check skill ...   install, uninstall, validate, list the grpo skill
     grpo-check tasks ...   list, verify, run, export the debug tasks

@@ -62,4 +62,4 @@ def verdict(failed: bool, missing: dict[str, str], strict: bool) -> str:
     stages = f"{len(missing)} stage{'s' if len(missing) > 1 else ''} not covered"
     if strict:
         return f"FAILED (--strict): {stages}"
-    return f"the checks that ran passed, but {stages} (--strict fails on them)"
+    return f"the checks that ran passed, but {stages} (--strict fails on {'them' if len(missing) > 1 else 'it'})"

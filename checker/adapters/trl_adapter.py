@@ -41,13 +41,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from checker.adapters import trl_conventions, trl_shims
 from checker.adapters import trl_trainer as harness
 from checker.adapters.trl_trainer import (
     PROMPT_TEXT,
     LogitsAsHiddenStates,
+    checked_class,
     clear_logs,
     reading_locals,
     replaced,
@@ -57,7 +58,10 @@ from checker.adapters.trl_trainer import (
     trl_temperature,
 )
 
-CONVENTIONS: dict[str, Any] = trl_conventions.conventions(GRPOConfig)
+# TRL's GRPOTrainer, or the user's subclass of it (`grpo-check FILE.py:CLASS`): each method
+# named below is then the subclass's override where it has one, and its failures are located there.
+GRPOTrainer = checked_class()
+CONVENTIONS: dict[str, Any] = trl_conventions.conventions(GRPOConfig, harness.declared_config())
 SUPPORTED: dict[str, list] = trl_conventions.supported(GRPOConfig)
 TRL_VERSION = trl_shims.RELEASE_TEXT
 _BOOL_SCALE_REWARDS = "scale_rewards" in SUPPORTED
@@ -526,12 +530,13 @@ def _drive_compute_loss(
         replaced(grpo, trl_shims.LOGPS_METHOD, scoring),
         reading_locals(GRPOTrainer._compute_loss, read) as seen,
     ):
-        loss = sum(grpo._compute_loss(grpo.model, inputs) for _ in range(steps))
+        # compute_loss: the public entry HF's training_step calls (a subclass may override it)
+        loss = sum(grpo.compute_loss(grpo.model, inputs) for _ in range(steps))
     clear_logs(grpo)
     return loss, seen
 
 
-@_located(GRPOTrainer._compute_loss)
+@_located(harness.overridden("compute_loss") or GRPOTrainer._compute_loss)
 def compute_loss(
     per_token_logps: torch.Tensor,
     advantages: torch.Tensor,

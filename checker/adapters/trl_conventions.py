@@ -39,9 +39,10 @@ def _scale_rewards(default: bool | str) -> str:
     return default
 
 
-def conventions(config_cls: type) -> dict[str, Any]:
-    """The release's keyword defaults and named semantics (see the module docstring)."""
-    defaults = config_defaults(config_cls)
+def conventions(config_cls: type, declared: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The release's keyword defaults, overlaid with the `declared` values of a user's GRPOConfig,
+    and the named semantics (see the module docstring)."""
+    defaults = {**config_defaults(config_cls), **(declared or {})}
     return {
         "loss_type": defaults["loss_type"],
         "scale_rewards": _scale_rewards(defaults["scale_rewards"]),

@@ -6,6 +6,10 @@ replaces only the inputs of the method under check (generation returns given ids
 return given values, the policy forward returns given log-probs) and reads what TRL's own code made
 of them: a return value, or a local variable of TRL's method read from its frame when the method
 does not return it. What differs between releases lives in `trl_shims`.
+
+The trainer is TRL's `GRPOTrainer`, or a user's subclass of it (`grpo-check FILE.py:CLASS`), built
+with the user's `GRPOConfig` where one is given (`check_subclass`, called before the adapter is
+imported): every method the subclass overrides then runs where upstream's would.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import CodeType, SimpleNamespace
@@ -39,6 +44,74 @@ BUILD_TEMPERATURE = 0.7
 PROMPT_TEXT = "1 + 2 ="
 
 GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
+
+# ---------------------------------------------------------------------------------------------
+# The class under check: TRL's GRPOTrainer, or a user's subclass of it with the user's config
+
+# The GRPOConfig fields whose values the checks compare against (`trl_conventions`); a user's
+# config keeps them, and its own fields (those of a GRPOConfig subclass). Every other GRPOConfig
+# field (device, precision, batch sizes, vLLM, logging, ...) is the offline recipe's or the
+# release's default: the checks drive each stage on the tiny model with given inputs.
+CONVENTION_FIELDS = (
+    "loss_type",
+    "scale_rewards",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "importance_sampling_level",
+    "use_bias_correction_kl",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "mask_truncated_completions",
+    "temperature",
+)
+
+
+@dataclass
+class CheckedTrainer:
+    """What is built: the trainer class, its config class and the user's config values."""
+
+    cls: type = GRPOTrainer
+    config_cls: type = GRPOConfig
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+_CHECKED = CheckedTrainer()
+
+
+def check_subclass(cls: type, config_cls: type = GRPOConfig, values: dict | None = None) -> None:
+    """Build `cls` (a GRPOTrainer subclass) with `values` of `config_cls` from now on."""
+    global _CHECKED
+    _CHECKED = CheckedTrainer(cls, config_cls, dict(values or {}))
+    _built.cache_clear()
+
+
+def checked_class() -> type:
+    """The trainer class the adapter drives (GRPOTrainer unless a subclass is checked)."""
+    return _CHECKED.cls
+
+
+def declared_config() -> dict[str, Any]:
+    """The user's values of the GRPOConfig fields the checks compare against."""
+    return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS}
+
+
+def _kept_config() -> dict[str, Any]:
+    """The user's config values a build keeps: the convention fields and the subclass's own."""
+    upstream = config_fields(GRPOConfig)
+    return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS or k not in upstream}
+
+
+def overridden(*names: str) -> Callable | None:
+    """The checked subclass's own implementation of the first of `names` it overrides, if any."""
+    for name in names:
+        for klass in _CHECKED.cls.__mro__:
+            if klass is GRPOTrainer:
+                break
+            if name in vars(klass):
+                return vars(klass)[name]
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,26 +149,25 @@ def reading_locals(
     the first line at which the local `when_bound` exists: e.g. TRL's combined `rewards` right
     after `advantages` is computed from them, before a logging block rebinds the name.
     """
-    code: CodeType = inspect.unwrap(method).__code__
+    codes = _implementations(method)
     seen: dict[str, Any] = {}
     if not names:
         yield seen
         return
-
-    def read(frame) -> None:
-        frame_locals = frame.f_locals
-        seen.update({name: frame_locals[name] for name in names if name in frame_locals})
+    by_code: dict[CodeType, dict[str, Any]] = {}
 
     def in_method(frame, event, arg):
-        if seen:
+        found = by_code.setdefault(frame.f_code, {})
+        if found:  # read once per implementation (the first call: GA = 2 runs it twice)
             return None
         at_return = when_bound is None and event == "return"
         if at_return or (event == "line" and when_bound in frame.f_locals):
-            read(frame)
+            frame_locals = frame.f_locals
+            found.update({name: frame_locals[name] for name in names if name in frame_locals})
         return in_method
 
     def on_call(frame, event, arg):
-        return in_method if frame.f_code is code else None
+        return in_method if frame.f_code in codes else None
 
     previous = sys.gettrace()
     sys.settrace(on_call)
@@ -103,6 +175,23 @@ def reading_locals(
         yield seen
     finally:
         sys.settrace(previous)
+        for code in codes:  # base class first: the subclass's own value of a name wins
+            seen.update(by_code.get(code, {}))
+
+
+def _implementations(method: Callable) -> list[CodeType]:
+    """The code of `method` and of every implementation of its name along the checked class's
+    MRO, base first: a subclass that overrides the method and calls super() runs both, and a
+    local is read from whichever binds it (the subclass's when both do)."""
+    name = inspect.unwrap(method).__name__
+    codes = [inspect.unwrap(method).__code__]
+    for klass in reversed(_CHECKED.cls.__mro__):
+        function = vars(klass).get(name)
+        if inspect.isfunction(function):
+            code = inspect.unwrap(function).__code__
+            if code not in codes:
+                codes.append(code)
+    return codes
 
 
 @contextmanager
@@ -198,12 +287,14 @@ def _unused_reward(completions, **_) -> list[float]:
 
 
 def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
-    """TRL's offline CPU recipe: fp32, no checkpointing, one process, GA = S = 1, no KL.
+    """TRL's offline CPU recipe: fp32, no checkpointing, one process, GA = S = 1, no KL, over the
+    user's convention fields and own fields (`_kept_config`), in the user's config class.
 
     beta is 0 whatever the release's default (0.04 before 0.19.1), so that no reference model is
     loaded; the loss stages set beta per call. Options a release does not have are left out.
     """
-    options = dict(
+    options = _kept_config()
+    options.update(
         output_dir=output_dir,
         use_cpu=True,
         bf16=False,
@@ -218,8 +309,8 @@ def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
         logging_steps=1,
     )
     options.update(overrides)
-    known = config_fields(GRPOConfig)
-    return GRPOConfig(**{k: v for k, v in options.items() if k in known})
+    known = config_fields(_CHECKED.config_cls)
+    return _CHECKED.config_cls(**{k: v for k, v in options.items() if k in known})
 
 
 def scratch_dir() -> str:
@@ -239,7 +330,7 @@ def build_trainer(model: str | Path, **overrides: Any) -> tuple[GRPOTrainer, lis
     tokenizer.model_input_names = ["input_ids", "attention_mask"]
     fused_head_calls: list[dict] = []
     with _rng_untouched(), _recording_fused_head_calls(fused_head_calls):
-        trainer = GRPOTrainer(
+        trainer = _CHECKED.cls(
             model=str(model),
             reward_funcs=[_unused_reward],
             args=grpo_config(scratch_dir(), **overrides),

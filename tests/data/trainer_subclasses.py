@@ -1,0 +1,87 @@
+"""GRPOTrainer subclasses as users write them, for `grpo-check FILE.py:CLASS` (tests/test_trainer_subclass.py).
+
+Written against the public shape of GRPOTrainer in TRL 0.17 to 1.16; each docstring says whether
+the class is correct and, if not, where its bug is.
+"""
+
+import torch
+from trl import GRPOTrainer
+
+
+class LoggingGRPOTrainer(GRPOTrainer):
+    """Correct: logs the loss per completion token and the number of logged steps; the loss and
+    everything else are upstream's."""
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        tokens = inputs["completion_mask"].sum().clamp(min=1)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["loss_per_token"].append((loss.detach() / tokens).item())
+        return loss
+
+    def log(self, logs, start_time=None):
+        self.logged_steps = getattr(self, "logged_steps", 0) + 1
+        return super().log(logs, start_time)
+
+
+class RowSumGRPOTrainer(GRPOTrainer):
+    """Buggy: meant to make the step size independent of the batch size, it multiplies the loss by
+    the number of completions, so the loss is a sum over rows instead of TRL's normaliser."""
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        num_completions = inputs["completion_mask"].size(0)
+        return loss * num_completions  # the bug: TRL's loss is already normalised
+
+
+class PopulationStdGRPOTrainer(GRPOTrainer):
+    """Correct, with a declared convention (`std_estimator: population`): advantages divided by
+    the population std of the group (numpy's np.std) instead of torch's Bessel-corrected std.
+
+    Needs `_calculate_rewards` (TRL 1.0 and later): the combined rewards are kept from there.
+    """
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: left out
+        self._combined_rewards = rewards
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rewards = self._combined_rewards
+        grouped = rewards.view(-1, self.num_generations)
+        centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+        if self.scale_rewards != "none":
+            scope = grouped if self.scale_rewards == "group" else rewards.view(1, -1)
+            mean = torch.nanmean(scope, dim=1, keepdim=True)
+            std = torch.nanmean((scope - mean) ** 2, dim=1, keepdim=True).sqrt()
+            centred = centred / (std + 1e-4)
+        output["advantages"] = torch.nan_to_num(centred.reshape(-1), nan=0.0)
+        return output
+
+
+class NeedsRewardModel(GRPOTrainer):
+    """Cannot be built by grpo-check: its __init__ requires an argument GRPOTrainer does not take."""
+
+    def __init__(self, model, reward_model, **kwargs):
+        super().__init__(model=model, reward_funcs=[reward_model], **kwargs)
+
+
+class NotATrainer:
+    """Not a GRPOTrainer at all."""
+
+
+# A user's config as a dict of GRPOConfig fields: the conventions (loss_type, beta) are checked;
+# device, precision and batch sizes are grpo-check's own.
+CONFIG = {
+    "loss_type": "grpo",
+    "beta": 0.04,
+    "bf16": True,
+    "per_device_train_batch_size": 16,
+    "num_generations": 8,
+}

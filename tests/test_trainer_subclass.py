@@ -1,0 +1,221 @@
+"""`grpo-check FILE.py:CLASS`: a user's GRPOTrainer subclass checked as the `trl` kind checks
+GRPOTrainer, on TRL 0.17.0, 1.14.2 and 1.16.0 (tests/data/trainer_subclasses.py).
+
+Per release one child process (the release first on PYTHONPATH, as tests/test_trl_matrix.py
+does) resolves each target as the command line does and runs the checks in-process, as the
+sandbox's child does: a logging override passes with 0 failures, with and without the user's
+config (a dict of GRPOConfig fields whose conventions the checks then compare against); a
+`_compute_loss` override with a wrong normaliser fails in `loss_aggregation` alone, located at the
+override's line; from 1.14.2 an advantage override with population std passes once it declares
+`std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without.
+Targets that cannot be built are one line and exit 2 through the real command line.
+
+Run as a script (`python tests/test_trainer_subclass.py JOBS_JSON`) it is that child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+SUBCLASSES = DATA / "trainer_subclasses.py"
+SEED = 1234
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side
+
+
+def _forget_adapter() -> None:
+    """Drop the adapter modules (they are built around one trainer class); TRL stays imported."""
+    import checker.adapters
+
+    for name in [n for n in sys.modules if n.startswith("checker.adapters.")]:
+        del sys.modules[name]
+    for attribute, value in list(vars(checker.adapters).items()):
+        if isinstance(value, types.ModuleType):
+            delattr(checker.adapters, attribute)
+
+
+def check_target(target: str, grpo_config: str | None, stages: list[str]) -> dict:
+    """The checks of `stages` (all when empty) on one target, as the command line runs them."""
+    from checker.candidate import TargetError, load_candidate, resolve_target
+    from checker.checks import all_checks, run_one
+    from checker.coverage import uncovered
+    from checker.diagnosis import diagnose
+
+    _forget_adapter()
+    try:
+        spec = resolve_target(target, "auto", grpo_config)
+        candidate = load_candidate(spec)
+    except TargetError as error:
+        return {"fatal": str(error)}
+    results = [run_one(check, candidate, SEED) for check in all_checks(stages)]
+    failing = [
+        {"check": r.check, "stage": r.stage, "location": r.location, "message": r.message[:300]}
+        for r in results
+        if r.status in ("fail", "error")
+    ]
+    summary = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
+    adapter = sys.modules["checker.adapters.trl_adapter"]
+    return {
+        "failing": failing,
+        "summary": summary,
+        "diagnosis": diagnose(results),
+        "uncovered": uncovered(results),
+        "config": {k: candidate.config[k] for k in ("loss_type", "beta", "std_estimator")},
+        "trl": adapter.harness.GRPO_TRAINER_FILE,
+    }
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    torch.set_num_threads(1)
+    jobs = json.loads(sys.argv[1])
+    print(json.dumps({name: check_target(*job) for name, job in jobs.items()}))
+    sys.exit(0)
+
+
+import pytest  # noqa: E402 - the child above needs neither pytest nor the release cache
+from trl_releases import import_paths  # noqa: E402
+
+CHILD_TIMEOUT = 900
+LOSS_STAGES = ["ratio", "clipping", "kl", "loss_aggregation"]
+
+
+def _line_of(text: str, after: str) -> int:
+    """The 1-based line of the first `text` after the line holding `after` in SUBCLASSES."""
+    lines = SUBCLASSES.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    return next(i for i in range(start, len(lines)) if text in lines[i]) + 1
+
+
+def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
+    jobs = {
+        "logging": ["trainer_subclasses.py:LoggingGRPOTrainer", None, []],
+        "logging_with_config": [
+            "trainer_subclasses.py:LoggingGRPOTrainer",
+            "trainer_subclasses.py:CONFIG",
+            LOSS_STAGES,
+        ],
+        "row_sum": ["trainer_subclasses.py:RowSumGRPOTrainer", None, LOSS_STAGES],
+    }
+    if version != "0.17.0":  # `_calculate_rewards` exists from TRL 1.0
+        for name, declared in (("population", True), ("population_undeclared", False)):
+            yaml = tmp_path / f"{name}.yaml"
+            lines = [f"trainer: {SUBCLASSES}:PopulationStdGRPOTrainer"]
+            lines += ["config: {std_estimator: population}"] if declared else []
+            yaml.write_text("\n".join(lines) + "\n")
+            jobs[name] = [str(yaml), None, [] if declared else ["advantages"]]
+    return jobs
+
+
+_reports: dict[str, dict] = {}
+
+
+def release_reports(version: str, tmp_path_factory) -> dict[str, dict]:
+    if version not in _reports:
+        paths = [REPO, *import_paths(version)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+        env["OMP_NUM_THREADS"] = "1"
+        jobs = _jobs(version, tmp_path_factory.mktemp(f"subclass-{version}"))
+        result = subprocess.run(
+            [sys.executable, __file__, json.dumps(jobs)],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+            env=env,
+            cwd=DATA,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        _reports[version] = json.loads(result.stdout.strip().splitlines()[-1])
+    return _reports[version]
+
+
+RELEASES = ["0.17.0", "1.14.2", "1.16.0"]
+by_release = pytest.mark.parametrize(
+    "version",
+    [pytest.param(v, marks=pytest.mark.xdist_group(f"trainer_subclass_{v}")) for v in RELEASES],
+)
+
+
+@by_release
+def test_logging_subclass_passes_on_the_release(version, tmp_path_factory):
+    report = release_reports(version, tmp_path_factory)["logging"]
+    assert f"trl-{version}" in report["trl"], report["trl"]  # the release was driven
+    assert report["failing"] == [], report["failing"]
+    assert report["summary"]["pass"] > report["summary"]["skip"], report["summary"]
+    assert report["uncovered"] == {"decode": "the candidate does not provide strip_reasoning"}
+
+
+@by_release
+def test_the_users_config_sets_the_conventions_checked(version, tmp_path_factory):
+    report = release_reports(version, tmp_path_factory)["logging_with_config"]
+    assert report["failing"] == [], report["failing"]
+    # the dict's loss_type and beta are what the checks compare against; bf16 and batch sizes
+    # are grpo-check's own (the tiny model runs in fp32 on CPU)
+    assert report["config"]["loss_type"] == "grpo" and report["config"]["beta"] == 0.04
+    assert report["summary"]["pass"] > 0
+
+
+@by_release
+def test_a_bug_in_the_overridden_compute_loss_is_located_in_the_users_file(
+    version, tmp_path_factory
+):
+    report = release_reports(version, tmp_path_factory)["row_sum"]
+    failing = report["failing"]
+    assert failing, "RowSumGRPOTrainer's normaliser was not detected"
+    assert {r["stage"] for r in failing} == {"loss_aggregation"}, failing
+    line = _line_of("def _compute_loss", "class RowSumGRPOTrainer")
+    assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in failing), failing
+    assert report["diagnosis"]["root_stages"] == ["loss_aggregation"], report["diagnosis"]
+
+
+@pytest.mark.parametrize(
+    "version",
+    [pytest.param(v, marks=pytest.mark.xdist_group(f"trainer_subclass_{v}")) for v in RELEASES[1:]],
+)
+def test_an_advantage_override_passes_when_its_convention_is_declared(version, tmp_path_factory):
+    reports = release_reports(version, tmp_path_factory)
+    declared = reports["population"]
+    assert declared["failing"] == [], declared["failing"]
+    assert declared["config"]["std_estimator"] == "population"
+    undeclared = reports["population_undeclared"]["failing"]
+    assert undeclared and {r["stage"] for r in undeclared} == {"advantages"}, undeclared
+    line = _line_of("def _generate_and_score_completions", "class PopulationStdGRPOTrainer")
+    assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in undeclared)
+
+
+def grpo_check(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-c", "from checker.cli import main; main()", *args],
+        cwd=DATA,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("trainer_subclasses.py:NotATrainer", "is not a subclass of trl's GRPOTrainer"),
+        ("trainer_subclasses.py:NeedsRewardModel", "requires reward_model, which grpo-check"),
+        ("trainer_subclasses.py:Missing", "trainer_subclasses.py has no Missing"),
+    ],
+)
+def test_what_cannot_be_built_is_one_line_and_exit_2(target, words):
+    result = grpo_check(target, "--stage", "advantages", "--workers", "1")
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
