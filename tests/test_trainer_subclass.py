@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -115,6 +116,8 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
             lines += ["config: {std_estimator: population}"] if declared else []
             yaml.write_text("\n".join(lines) + "\n")
             jobs[name] = [str(yaml), None, [] if declared else ["advantages"]]
+        jobs["think_strip"] = ["trainer_subclasses.py:ThinkStripGRPOTrainer", None, ["decode"]]
+        jobs["answer_only"] = ["trainer_subclasses.py:AnswerOnlyGRPOTrainer", None, ["decode"]]
     return jobs
 
 
@@ -192,6 +195,52 @@ def test_an_advantage_override_passes_when_its_convention_is_declared(version, t
     assert undeclared and {r["stage"] for r in undeclared} == {"advantages"}, undeclared
     line = _line_of("def _generate_and_score_completions", "class PopulationStdGRPOTrainer")
     assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in undeclared)
+
+
+@pytest.mark.parametrize(
+    "version",
+    [pytest.param(v, marks=pytest.mark.xdist_group(f"trainer_subclass_{v}")) for v in RELEASES[1:]],
+)
+def test_a_subclass_decode_helper_of_text_is_found_and_checked(version, tmp_path_factory):
+    """A module function applied to each decoded text, and a `self.` method over the list."""
+    reports = release_reports(version, tmp_path_factory)
+    assert reports["think_strip"]["failing"] == [], reports["think_strip"]["failing"]
+    assert reports["think_strip"]["summary"]["pass"] == 4, reports["think_strip"]["summary"]
+    failing = reports["answer_only"]["failing"]
+    assert "decode.plain_answer_is_unchanged" in {r["check"] for r in failing}, failing
+    line = _line_of("def answers", "class AnswerOnlyGRPOTrainer")
+    assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in failing)
+
+
+# A fork of TRL 1.16 as in the trl-skillsbench-trio task: `_generate` decodes with the fork's
+# helper of the tokenizer and ids, whose last branch blanks plain answers (SkillsBench's bug).
+FORK_HELPER = """
+
+def decode_and_strip_reasoning(processing_class, completion_ids, open_tag="<think>", close_tag="</think>"):
+    texts = processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    return [text.split(close_tag, 1)[1].strip() if close_tag in text else "" for text in texts]
+"""
+STOCK_DECODE = (
+    "completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)\n"
+)
+FORK_DECODE = "completions = decode_and_strip_reasoning(self.processing_class, completion_ids)\n"
+
+
+@pytest.mark.xdist_group("trainer_subclass_1.16.0")
+def test_a_forks_decode_helper_in_generate_is_found_and_checked(tmp_path):
+    from trl_releases import trl_release_path
+
+    fork = tmp_path / "fork"
+    shutil.copytree(trl_release_path("1.16.0"), fork, ignore=shutil.ignore_patterns("__pycache__"))
+    source = fork / "trl" / "trainer" / "grpo_trainer.py"
+    text = source.read_text()
+    assert text.count(STOCK_DECODE) == 1  # the 1.16 decode site in `_generate`, non-chat branch
+    source.write_text(text.replace(STOCK_DECODE, FORK_DECODE) + FORK_HELPER)
+    result = grpo_check(str(fork), "--stage", "decode", "--json")
+    assert result.returncode == 1, (result.stdout[-2000:], result.stderr[-2000:])
+    failing = [r for r in json.loads(result.stdout)["results"] if r["status"] == "fail"]
+    assert "decode.plain_answer_is_unchanged" in {r["check"] for r in failing}, failing
+    assert all(str(source) in r["location"] for r in failing), failing
 
 
 def grpo_check(*args: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ that method's inputs supplied by the adapter (line numbers: TRL 1.16.0 `grpo_tra
 | `completion_logps`, `selective_log_softmax` | the same method on a stand-in model whose logits (hidden states, LM head the identity, from 1.15) are the given logits | logits |
 | `compute_loss` | `_compute_loss` (gt:L3020) | the scoring method returns the given log-probs (graph kept); protocol kwargs set on the trainer and its args |
 | `per_token_kl` | `_compute_loss` with beta = 1, A = 0, no bias correction; TRL's `per_token_kl` read from the frame | log-probs, reference log-probs |
-| `strip_reasoning` | a fork's own decode helper, when `_generate_and_score_completions` decodes with one (`trl_shims.decode_helper`) | a tokenizer whose decode returns the given text |
+| `strip_reasoning` | a fork's or subclass's own decode helper (of ids and tokenizer, or of text), where the trainer decodes or scores (`trl_shims.decode_helper`) | a tokenizer whose decode returns the given text, or the text |
 | `generate_completions` | `_generate_and_score_completions`'s generation with the trainer's GenerationConfig | the model, prompts repeated G times as TRL's sampler does |
 | `make_reference_model` | `GRPOTrainer.__init__` with beta != 0 (reloads from `config._name_or_path`, gt:L984-1003) | the policy, saved to a folder first |
 | `grpo_step` | `training_step` (gt:L1510) -> `_prepare_inputs` -> `_generate_and_score_completions` -> `_compute_loss` -> backward, `num_iterations` times | the policy, reference and optimizer; completions and rewards as above; clip + optimizer step as HF's loop does them |
@@ -277,37 +277,36 @@ class _TextAsIds:
         return self._text
 
 
-def _strip_reasoning_driver(helper, call) -> Any:
-    """`strip_reasoning` on the fork's helper; it takes the tag keywords only if the helper does."""
-    takes_tags = {"open_tag", "close_tag"} <= set(inspect.signature(helper).parameters)
+def _strip_reasoning_driver(helper: trl_shims.DecodeHelper) -> Any:
+    """`strip_reasoning` on the trainer's decode helper; it takes the tag keywords only if the
+    helper does."""
+    takes_tags = {"open_tag", "close_tag"} <= set(inspect.signature(helper.function).parameters)
 
     def run(text: str, **tags: str) -> str:
         tokenizer = _TextAsIds(text, trainer().processing_class)
-        ids = torch.zeros(1, 1, dtype=torch.long)
-        (answer,) = trl_shims.call_decode_helper(helper, call, ids, tokenizer, **tags)
-        return answer
+        return trl_shims.call_decode_helper(helper, text, tokenizer, trainer(), **tags)
 
     if takes_tags:
 
         def strip_reasoning(
             text: str, open_tag: str = "<think>", close_tag: str = "</think>"
         ) -> str:
-            """The fork's decode helper on one completion whose decoded text is `text`."""
+            """The trainer's decode helper on one completion whose decoded text is `text`."""
             return run(text, open_tag=open_tag, close_tag=close_tag)
 
     else:
 
         def strip_reasoning(text: str) -> str:
-            """The fork's decode helper on one completion whose decoded text is `text`."""
+            """The trainer's decode helper on one completion whose decoded text is `text`."""
             return run(text)
 
-    strip_reasoning.grpo_check_location = source_location(helper)
+    strip_reasoning.grpo_check_location = source_location(helper.function)
     strip_reasoning.grpo_check_depends_on = ()
     return strip_reasoning
 
 
-if trl_shims.decode_helper() is not None:
-    strip_reasoning = _strip_reasoning_driver(*trl_shims.decode_helper())
+if trl_shims.decode_helper(GRPOTrainer) is not None:
+    strip_reasoning = _strip_reasoning_driver(trl_shims.decode_helper(GRPOTrainer))
 
 
 # ---------------------------------------------------------------------------------------------

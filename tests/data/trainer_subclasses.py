@@ -85,3 +85,32 @@ CONFIG = {
     "per_device_train_batch_size": 16,
     "num_generations": 8,
 }
+
+
+def strip_think(text, open_tag="<think>", close_tag="</think>"):
+    """The answer after the reasoning block; "" while the reasoning is unclosed; else the text."""
+    if close_tag in text:
+        return text.split(close_tag, 1)[1].strip()
+    return "" if open_tag in text else text
+
+
+class ThinkStripGRPOTrainer(GRPOTrainer):
+    """Correct: the reward functions score the answer after `</think>` (a text helper applied to
+    each decoded completion before upstream's reward computation)."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        completions = [strip_think(text) for text in completions]
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+
+class AnswerOnlyGRPOTrainer(GRPOTrainer):
+    """Buggy: its reasoning strip blanks every completion without `</think>`, plain answers too."""
+
+    def answers(self, texts):
+        return [
+            text.split("</think>", 1)[1].strip() if "</think>" in text else "" for text in texts
+        ]
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        completions = self.answers(completions)
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
