@@ -38,13 +38,15 @@ def assert_grpo_check(
     timeout: float = DEFAULT_TIMEOUT,
     isolated: bool = True,
     strict: bool = False,
+    grpo_config: str | None = None,
 ) -> list[CheckResult]:
     """Run grpo-check on `target`; raise AssertionError listing the failures, else return results.
 
     `isolated=False` runs the checks in this process (faster, no watchdog): for candidates you
     trust not to hang or exit. `strict=True` also fails when a stage had no check that ran.
+    `grpo_config` ("FILE.py:NAME") is the GRPOConfig a GRPOTrainer subclass target is built with.
     """
-    spec = resolve_target(target, kind)
+    spec = resolve_target(target, kind, grpo_config)
     if isolated:
         results = run_isolated(spec, tuple(stages), seed, timeout)
     else:
