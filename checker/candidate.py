@@ -61,10 +61,10 @@ class CandidateSpec:
     supported: dict[str, list] = field(default_factory=dict)
     trl_source: str | None = None
     cwd: str = field(default_factory=os.getcwd)
-    trainer: str | None = None  # a GRPOTrainer subclass: "/abs/file.py:CLASS" or "module:CLASS"
-    grpo_config: str | dict | None = (
-        None  # its GRPOConfig: "FILE.py:NAME" / "module:NAME", or fields
-    )
+    # A GRPOTrainer subclass ("/abs/file.py:CLASS" or "module:CLASS") and the GRPOConfig it is
+    # built with ("/abs/file.py:NAME", "module:NAME", or a mapping of GRPOConfig fields).
+    trainer: str | None = None
+    grpo_config: str | dict | None = None
 
 
 @dataclass

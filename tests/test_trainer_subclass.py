@@ -268,3 +268,32 @@ def test_what_cannot_be_built_is_one_line_and_exit_2(target, words):
     assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], lines
+
+
+def test_trainer_targets_resolve_without_importing_the_candidate(tmp_path, monkeypatch):
+    """FILE.py:CLASS, module:CLASS and `trainer:` in YAML are the trl kind with the class named;
+    --config and `grpo_config` name the config; misuse is one line (TargetError)."""
+    from checker.candidate import TargetError, resolve_target
+
+    monkeypatch.chdir(DATA)
+    spec = resolve_target("trainer_subclasses.py:LoggingGRPOTrainer", grpo_config="mypkg.cfg:CFG")
+    assert spec.kind == "trl" and spec.trainer == f"{SUBCLASSES}:LoggingGRPOTrainer"
+    assert spec.grpo_config == "mypkg.cfg:CFG"
+    assert resolve_target("mypkg.trainers:MyTrainer").trainer == "mypkg.trainers:MyTrainer"
+    shutil.copy(SUBCLASSES, tmp_path / "mine.py")
+    yaml = tmp_path / "conf" / "mine.yaml"  # `trainer:` is relative to the YAML file
+    yaml.parent.mkdir()
+    yaml.write_text(
+        "trainer: ../mine.py:RowSumGRPOTrainer\n"
+        "grpo_config: {loss_type: grpo}\nconfig: {std_estimator: population}\n"
+    )
+    spec = resolve_target(str(yaml))
+    assert spec.trainer == f"{(tmp_path / 'mine.py').resolve()}:RowSumGRPOTrainer"
+    assert spec.grpo_config == {"loss_type": "grpo"}
+    assert spec.config == {"std_estimator": "population"}
+    for target, config, words in [
+        ("missing.py:Trainer", None, "missing.py: no such file"),
+        (str(SUBCLASSES), "cfg.py:CONFIG", "a GRPOConfig is for a trainer"),
+    ]:
+        with pytest.raises(TargetError, match=words):
+            resolve_target(target, grpo_config=config)
