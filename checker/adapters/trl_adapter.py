@@ -313,6 +313,8 @@ if trl_shims.decode_helper(GRPOTrainer) is not None:
 # logprobs: the scoring method; from 1.15 through the fused LM head, as __init__ installs it
 
 _LOGPROB_FUNCTION, _LOGPROB_MARKER = trl_shims.logprob_arithmetic()
+# A subclass's own scoring method is where its log-probs come from (located at its line).
+_LOGPROB_FUNCTION = harness.overridden(trl_shims.LOGPS_METHOD) or _LOGPROB_FUNCTION
 
 
 def _fused_head_kwargs(temperature: float) -> dict[str, Any]:
