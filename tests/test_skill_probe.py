@@ -312,4 +312,4 @@ def test_probe_takes_a_declared_population_std(tmp_path, declared, expected_stat
         assert rewards_line.startswith("PASS") and "population std" in rewards_line
         assert "[-0.9998, 0.9998]" in rewards_line
     else:
-        assert rewards_line.startswith("FAIL") and "expected: [-0.7071, 0.7071]" in rewards_line
+        assert rewards_line.startswith("FAIL") and "expected: [-0.707, 0.707]" in rewards_line
