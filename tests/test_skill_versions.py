@@ -63,48 +63,115 @@ DEFAULT_COLUMNS = [
 ]
 
 
+def parsed(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def stage_rows() -> list[tuple[tuple[str, ...], list[str]]]:
+    """(releases a row covers, its cells): a row `X to Y` covers X, Y and every family release
+    between them; a row `X` covers X."""
+    rows = []
+    for row in table("Where each stage lives"):
+        first, _, last = row[0].partition(" to ")
+        last = last or first
+        inside = [v for v in RELEASES if parsed(first) < parsed(v) < parsed(last)]
+        rows.append((tuple(dict.fromkeys([first, *inside, last])), row[1:]))
+    return rows
+
+
 def test_tables_cover_every_checked_release():
     assert [row[0] for row in table("Defaults by release")] == list(RELEASES)
-    assert [row[0] for row in table("Where each stage lives")] == list(RELEASES)
+    ranges = [row[0].partition(" to ") for row in table("Where each stage lives")]
+    bounds = [(first, last or first) for first, _, last in ranges]
+    # Contiguous: each row ends before the next begins, and every family release is in one row.
+    for (_, end), (start, _) in zip(bounds, bounds[1:], strict=False):
+        assert parsed(end) < parsed(start)
+    for version in RELEASES:
+        assert sum(parsed(a) <= parsed(version) <= parsed(b) for a, b in bounds) == 1, version
 
 
-@pytest.mark.parametrize("row", table("Defaults by release"), ids=lambda row: row[0])
-def test_defaults_row_matches_the_release(row):
-    version, cells = row[0], row[1:]
-    assert len(cells) == len(DEFAULT_COLUMNS)
-    for field, written in zip(DEFAULT_COLUMNS, cells, strict=True):
-        assert config_default(version, field) == written, (version, field)
+def method_body(trainer: str, name: str) -> str:
+    start = trainer.index(f"    def {name}(")
+    following = re.search(r"^    def ", trainer[start + 10 :], re.M)
+    return trainer[start : start + 10 + following.start()] if following else trainer[start:]
 
 
-@pytest.mark.parametrize("row", table("Where each stage lives"), ids=lambda row: row[0])
-def test_stage_locations_match_the_release(row):
-    version, logprobs, advantages, loss = row
+STAGE_ROWS = [(version, cells) for versions, cells in stage_rows() for version in versions]
+
+
+@pytest.mark.parametrize("version,cells", STAGE_ROWS, ids=[v for v, _ in STAGE_ROWS])
+def test_stage_locations_match_the_release(version, cells):
+    """Each release a row covers (its first and last and the family releases between) has the
+    row's methods, and scores log-probs with the code the row names."""
+    method_cell, logsoftmax, advantages, loss = cells
     trainer = source(version, "grpo_trainer.py")
     utils = source(version, "utils.py")
-
-    def method_body(name: str) -> str:
-        start = trainer.index(f"    def {name}(")
-        following = re.search(r"^    def ", trainer[start + 10 :], re.M)
-        return trainer[start : start + 10 + following.start()] if following else trainer[start:]
-
-    method = re.match(r"`(\w+)`", logprobs).group(1)
+    kernels = trl_release_path(version) / "trl" / "kernels"
+    methods = re.findall(r"`(\w+)`", method_cell)
+    method = methods[0]
     assert f"def {method}(" in trainer
-    if "selective_log_softmax" in logprobs:
+    if "_full_logits_logps" in method_cell:  # 1.14: the dispatch, then the full-logits path
+        assert "return self._full_logits_logps(" in method_body(trainer, method)
+        method = "_full_logits_logps"
+    body = method_body(trainer, method)
+    if "selective_log_softmax_and_entropy" in logsoftmax:  # 1.14
+        assert "selective_log_softmax_and_entropy(" in body and "selective_log_softmax(" in body
+        assert body.count("temperature=self.temperature") == 2 and "row_mask=" in body
+        assert "logits / self.temperature" not in body
+        # Both helpers hand CUDA and XPU tensors to the Triton kernel; the torch code is the fallback.
+        assert 'logits.device.type in ("cuda", "xpu")' in utils
+        assert utils.count("_supports_trl_loss_kernel(logits, index, row_mask)") == 2
+        assert "import triton" in (kernels / "logprob_entropy.py").read_text()
+    elif "selective_log_softmax" in logsoftmax:
         assert "def selective_log_softmax(" in utils
-        assert "selective_log_softmax(" in method_body(method)
-    elif "chunked_logprob.py" in logprobs:
-        kernel = trl_release_path(version) / "trl" / "kernels" / "chunked_logprob.py"
-        assert "logprobs = target_logit - log_z" in kernel.read_text()
-        assert "selective_log_softmax(" not in trainer
+        assert "selective_log_softmax(" in body
+        assert "selective_log_softmax_and_entropy" not in trainer
+    elif "chunked_logprob.py" in logsoftmax:
+        kernel = (kernels / "chunked_logprob.py").read_text()
+        assert "logprobs = target_logit - log_z" in kernel
+        assert "selective_log_softmax(" not in trainer and "add_fused_lm_head(" in trainer
+        # 1.15 imports triton unconditionally (no CPU path); 1.16 falls back to torch tiles.
+        assert ("def _forward_tile(" in kernel) == ("torch tiles" in logsoftmax)
+        assert ("\nimport triton\n" in kernel) == ("Triton kernel only" in logsoftmax)
     else:  # 0.14: inline per-row log_softmax + gather
-        assert "logits_row.log_softmax(dim=-1)" in method_body(method)
-        assert "torch.gather(log_probs" in method_body(method)
+        assert "logits_row.log_softmax(dim=-1)" in body and "torch.gather(log_probs" in body
         assert "def selective_log_softmax(" not in utils
-    advantages_method = advantages.strip("`")
-    assert "std_grouped_rewards + 1e-4" in method_body(advantages_method) or (
-        "std_rewards + 1e-4" in method_body(advantages_method)
+    assert "std_grouped_rewards + 1e-4" in method_body(trainer, advantages.strip("`")) or (
+        "std_rewards + 1e-4" in method_body(trainer, advantages.strip("`"))
     )
-    assert "per_token_loss" in method_body(loss.strip("`"))
+    assert "per_token_loss" in method_body(trainer, loss.strip("`"))
+
+
+def test_temperature_division_moves_into_the_helpers_in_1_14():
+    """'Up to 1.13 the trainer divides the logits by the temperature itself (from 0.16); 1.14
+    passes `temperature` to its helpers', and the helper gains the parameter there."""
+    text = " ".join(INTERNALS.split())
+    assert "Up to 1.13 the trainer divides the logits by the temperature itself" in text
+    for version in ("0.16.0", "0.19.1", "1.13.0"):
+        assert "logits = logits / self.temperature" in source(version, "grpo_trainer.py")
+    for version in ("1.13.0", "0.19.1"):
+        assert "temperature: float = 1.0" not in source(version, "utils.py")
+    for version in ("1.14.0", "1.14.2"):
+        assert "logits / self.temperature" not in source(version, "grpo_trainer.py")
+        assert (
+            "def selective_log_softmax(\n    logits: torch.Tensor,\n    index: torch.Tensor,\n    temperature: float = 1.0,\n    row_mask"
+            in source(version, "utils.py")
+        )
+
+
+def test_top_k_with_vllm_in_0_14_to_0_17():
+    """0.14 and 0.15 with vLLM pass no top_k to SamplingParams; 0.16 and 0.17 pass theirs."""
+    text = " ".join(INTERNALS.split())
+    assert "0.14 and 0.15 build `SamplingParams(temperature, max_tokens)` only" in text
+    for version in ("0.14.0", "0.15.2"):
+        trainer = source(version, "grpo_trainer.py")
+        call = trainer[trainer.index("SamplingParams(") :].split(")", 1)[0]
+        keywords = set(re.findall(r"(\w+)=", call))
+        assert keywords <= {"n", "temperature", "max_tokens"} and "top_k" not in trainer
+    for version in ("0.16.0", "0.17.0"):
+        assert "top_k=-1 if self.top_k is None else self.top_k," in source(
+            version, "grpo_trainer.py"
+        )
 
 
 @pytest.mark.parametrize("version", [v for v in RELEASES if v != "0.14.0"])
@@ -151,10 +218,6 @@ BOUNDARY_RELEASES = (
     "1.10.0",
     "1.15.0",
 )
-
-
-def parsed(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 def history() -> dict[str, tuple[str, str]]:
@@ -239,10 +302,21 @@ def test_history_of_scoring_and_log_probs():
     assert "(from v0.16)" in rows["temperature in scoring"][1]
     assert "/ self.temperature" not in source("0.15.2", "grpo_trainer.py")
     assert "logits = logits / self.temperature" in source("0.16.0", "grpo_trainer.py")
-    assert "`selective_log_softmax` in v0.15-v1.14" in rows["log-prob path"][0]
+    assert "`selective_log_softmax` in v0.15-v1.13" in rows["log-prob path"][0]
+    assert (
+        "`selective_log_softmax_and_entropy` and a Triton kernel on GPUs in v1.14"
+        in (rows["log-prob path"][0])
+    )
     assert "(from v1.15)" in rows["log-prob path"][1]
-    for version in ("0.15.2", "1.14.2"):
-        assert "selective_log_softmax(" in source(version, "grpo_trainer.py")
+    for version in ("0.15.2", "1.13.0"):
+        trainer = source(version, "grpo_trainer.py")
+        assert "selective_log_softmax(" in trainer and "_and_entropy" not in trainer
+    for version in ("1.14.0", "1.14.2"):
+        assert "selective_log_softmax_and_entropy(" in source(version, "grpo_trainer.py")
+        assert (
+            "import triton"
+            in (trl_release_path(version) / "trl" / "kernels" / "logprob_entropy.py").read_text()
+        )
     for version in ("1.15.0", "1.16.0"):
         assert "selective_log_softmax(" not in source(version, "grpo_trainer.py")
         assert "add_fused_lm_head(" in source(version, "grpo_trainer.py")

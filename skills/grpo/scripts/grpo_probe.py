@@ -11,19 +11,25 @@ Usage:
                                              strip_reasoning(text)
     --name STAGE=ATTR                        use another function for a stage (logprobs,
                                              advantages, decode); ATTR may be module:attr
+    --std unbiased|population                the advantage std the trainer intends (default
+                                             unbiased, TRL's; population is a legitimate choice)
 
-Checks, one output line each (PASS, FAIL or SKIP, with expected and seen values):
-- logprobs: every value <= 0 and equal to log_softmax(logits / T) at the index, T = 0.7, for
-  fp32 logits (tolerance 1e-5) and bf16 logits (tolerance 0.05, bf16's rounding). On TRL up to
-  1.14 the helper is trl.trainer.utils.selective_log_softmax (given logits already divided by
-  T); on 1.15 and later, whose GRPOTrainer no longer calls it, it is the fused head's kernel
-  trl.kernels.chunked_logprob.ChunkedLogProbFunction (given raw logits as hidden states, an
-  identity LM head of vocabulary tiles of 4, and T itself);
-- advantages: rewards [0, 1] in a group of 2 give -0.7071 and +0.7071 (Bessel std, + 1e-4);
-  a constant group [0.5, 0.5] gives 0;
+Checks, one output line each (PASS, FAIL or SKIP, with expected and seen values), at T = 0.7:
+- logprobs, TRL 0.15 to 1.14: the trainer's own scoring method, run on a stub model whose logits
+  are known, must equal log_softmax(logits / T) at each completion token, with the gradient of
+  that expression; it divides by T itself, so a trainer that stops dividing fails (0.15 scores at
+  T = 1 as released, and is held to that). The log-softmax helpers it calls are then checked
+  alone in fp32 and bf16 (their CPU branches: CUDA-only kernels cannot run here).
+- logprobs, TRL 1.15 on: the fused head's kernel `ChunkedLogProbFunction` (CPU tile path),
+  given raw logits as hidden states, an identity LM head in vocabulary tiles of 4 and T, forward
+  in fp32 and bf16 and backward in fp32; and the trainer must patch its models with its own
+  temperature (`add_fused_lm_head(..., temperature=self.temperature)`).
+- advantages: rewards [0, 1] in a group of 2 and a constant group [0.5, 0.5], expected
+  (r - mean) / (std + 1e-4) with the declared std;
 - decode: plain text comes back unchanged; "<think>a</think>b" gives "b"; an unclosed
   "<think>a" gives "".
-Exit status: 0 if nothing failed, 1 if a check failed, 2 if the target could not be loaded.
+Exit status: 0 if every check that ran passed, 1 if a check failed or raised, 2 if the target
+could not be loaded or no check could run.
 
 For TRL the advantage arithmetic is inline in a trainer method, not a function. The probe reads
 that method's source, takes the statements from the combination of the rewards to the last
@@ -39,10 +45,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import textwrap
 import types
@@ -52,6 +60,7 @@ from pathlib import Path
 import torch
 
 TEMPERATURE = 0.7
+ADVANTAGE_EPSILON = 1e-4  # TRL: advantages / (std + 1e-4), in every release
 OPEN_TAG, CLOSE_TAG = "<think>", "</think>"
 DECODE_CASES = (  # (name, text, expected, needs reasoning support)
     ("plain text unchanged", "The answer is 42.", "The answer is 42.", False),
@@ -59,18 +68,26 @@ DECODE_CASES = (  # (name, text, expected, needs reasoning support)
     ("unclosed block gives empty", f"{OPEN_TAG}a", "", True),
 )
 DECODE_NAMES = ("strip_reasoning", "decode_and_strip_padding")
-failures = 0
+counts = {"PASS": 0, "FAIL": 0, "ERROR": 0, "SKIP": 0}
 
 
 def report(status: str, probe: str, expected: object = "", seen: object = "") -> None:
-    """Print one result line; FAIL (and ERROR) lines make the exit status 1."""
-    global failures
-    if status in ("FAIL", "ERROR"):
-        failures += 1
+    """Print one result line; FAIL and ERROR lines make the exit status 1."""
+    counts[status] += 1
     line = f"{status:5} {probe}"
     if status != "PASS" or expected != "":
         line += f"  expected: {expected}  seen: {seen}"
     print(line, flush=True)
+
+
+def exit_status() -> int:
+    """1 on any failure; 2 when every check was skipped (nothing was checked); else 0."""
+    if counts["FAIL"] or counts["ERROR"]:
+        return 1
+    if not counts["PASS"]:
+        print("nothing was checked: every check above was skipped", flush=True)
+        return 2
+    return 0
 
 
 # --------------------------------------------------------------------------- loading the target
@@ -97,8 +114,10 @@ def resolve(spec: str, default_module: types.ModuleType | None) -> Callable:
     return getattr(default_module, spec)
 
 
-def import_trl(path: str | None) -> types.ModuleType:
-    """Import TRL, from `path` first when given (a checkout root or the `trl` package folder)."""
+def import_trl(path: str | None) -> tuple[types.ModuleType, Path | None]:
+    """Import TRL, from `path` first when given (a checkout root or the `trl` package folder).
+    Returns the module and the root folder of the tree that was asked for (None: the installed one)."""
+    root = None
     if path:
         root = Path(path).resolve()
         if (root / "trainer" / "grpo_trainer.py").is_file():  # the package folder itself
@@ -108,10 +127,68 @@ def import_trl(path: str | None) -> types.ModuleType:
         sys.path.insert(0, str(root))
     trl = importlib.import_module("trl")
     importlib.import_module("trl.trainer.grpo_trainer")
-    return trl
+    return trl, root
+
+
+VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+PROJECT_VERSION = re.compile(r"""^version\s*=\s*["']?([0-9][^"'\s]*)""", re.MULTILINE)
+
+
+def tree_version(trl: types.ModuleType, root: Path | None) -> str:
+    """The version of the TRL tree being checked, read from the tree itself.
+
+    TRL 1.x sets `__version__` from the installed distribution's metadata, so for a source tree
+    `trl.__version__` may name another TRL; the tree's own record wins: a literal `__version__`
+    in its `__init__.py`, a `trl-X.dist-info` folder beside it (pip --target), or the `version`
+    of its pyproject.toml, setup.cfg or VERSION file (a git checkout).
+    """
+    if root is None:
+        return str(trl.__version__)
+    init = (root / "trl" / "__init__.py").read_text(encoding="utf-8", errors="replace")
+    found = VERSION_LITERAL.search(init)
+    if found:
+        return found.group(1)
+    for info in sorted(root.glob("trl-*.dist-info")) + sorted(root.glob("trl-*.egg-info")):
+        return info.name.split("-")[1].removesuffix(".dist").removesuffix(".egg")
+    for name in ("pyproject.toml", "setup.cfg", "VERSION"):
+        if (root / name).is_file():
+            text = (root / name).read_text(encoding="utf-8", errors="replace")
+            found = PROJECT_VERSION.search(text) or re.match(r"\s*([0-9][^\s]*)", text)
+            if found:
+                return found.group(1)
+    return f"unknown (the tree records no version; the installed metadata says {trl.__version__})"
+
+
+def parsed_version(version: str) -> tuple[int, ...] | None:
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 # --------------------------------------------------------------------------- log-probs
+
+
+def expected_logprobs(
+    logits: torch.Tensor, index: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """log_softmax(logits / T) at `index`, in float64."""
+    scaled = logits.double() / temperature
+    return torch.log_softmax(scaled, -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
+def compare(
+    label: str, expected: torch.Tensor, seen: torch.Tensor, tolerance: torch.Tensor
+) -> None:
+    """One PASS/FAIL line: `seen` within `tolerance` of `expected` everywhere."""
+    seen, expected = seen.double(), expected.double()
+    gaps = (seen - expected).abs()
+    worst = int((gaps - tolerance).flatten().argmax())
+    ok = seen.shape == expected.shape and bool((gaps <= tolerance).all())
+    expected_text = f"{[round(x, 4) for x in expected.flatten()[:3].tolist()]}, ..."
+    seen_text = f"{[round(x, 4) for x in seen.flatten()[:3].tolist()]}, ... (largest gap {gaps.max().item():.3g})"
+    if not ok:
+        expected_text += f" at {worst}: {expected.flatten()[worst].item():.4f} ± {tolerance.flatten()[worst].item():.2g}"
+        seen_text += f" at {worst}: {seen.flatten()[worst].item():.4f}"
+    report("PASS" if ok else "FAIL", label, expected_text, seen_text)
 
 
 def probe_logprobs(name: str, function: Callable, takes_temperature: bool = False) -> None:
@@ -123,9 +200,7 @@ def probe_logprobs(name: str, function: Callable, takes_temperature: bool = Fals
     # about one unit in the last place of its magnitude: allow two (|x| / 64) plus 2^-8.
     for dtype, relative, absolute in ((torch.float32, 0.0, 1e-5), (torch.bfloat16, 2**-6, 2**-8)):
         given = logits.to(dtype) if takes_temperature else (logits / TEMPERATURE).to(dtype)
-        scaled = given.double() / TEMPERATURE if takes_temperature else given.double()
-        expected = torch.log_softmax(scaled, -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
-        tolerance = relative * expected.abs() + absolute
+        expected = expected_logprobs(given, index, TEMPERATURE if takes_temperature else 1.0)
         label = f"logprobs {name} {str(dtype).removeprefix('torch.')}"
         try:
             if takes_temperature:
@@ -137,20 +212,8 @@ def probe_logprobs(name: str, function: Callable, takes_temperature: bool = Fals
             continue
         top = f"max {seen.max().item():.4f}"
         report("PASS" if seen.max() <= 0 else "FAIL", f"{label}: every value <= 0", "max <= 0", top)
-        gaps = (seen - expected).abs()
-        worst = int((gaps - tolerance).flatten().argmax())
-        ok = bool((gaps <= tolerance).all())
-        expected_text = f"{[round(x, 4) for x in expected[0, :3].tolist()]}, ..."
-        seen_text = f"{[round(x, 4) for x in seen[0, :3].tolist()]}, ... (largest gap {gaps.max().item():.3g})"
-        if not ok:
-            expected_text += f" at {worst}: {expected.flatten()[worst].item():.4f} ± {tolerance.flatten()[worst].item():.2g}"
-            seen_text += f" at {worst}: {seen.flatten()[worst].item():.4f}"
-        report(
-            "PASS" if ok else "FAIL",
-            f"{label}: equals log_softmax(logits / T) at the index",
-            expected_text,
-            seen_text,
-        )
+        tolerance = relative * expected.abs() + absolute
+        compare(f"{label}: equals log_softmax(logits / T) at the index", expected, seen, tolerance)
 
 
 def fused_head_logprobs(kernel: type) -> Callable:
@@ -168,17 +231,171 @@ def fused_head_logprobs(kernel: type) -> Callable:
     return call
 
 
+def probe_fused_head_backward(kernel: type) -> None:
+    """The kernel's hand-written backward: d(sum_t w_t logp_t) with respect to the hidden states and
+    the LM head equals autograd's through log_softmax(hidden @ head.T / T), in fp32."""
+    generator = torch.Generator().manual_seed(1)
+    hidden = (torch.randn(6, 5, generator=generator) * 2).requires_grad_()
+    head = torch.randn(11, 5, generator=generator).requires_grad_()
+    targets = torch.randint(0, 11, (6,), generator=generator)
+    weights = torch.randn(6, generator=generator)
+    label = "logprobs ChunkedLogProbFunction backward float32: gradient of log_softmax(logits / T)"
+    try:
+        seen = kernel.apply(hidden, head, None, targets, TEMPERATURE, 4)[0]
+        seen_grads = torch.autograd.grad((seen * weights).sum(), (hidden, head))
+    except Exception as error:
+        report("ERROR", label, "gradients", f"{type(error).__name__}: {error}")
+        return
+    hidden64, head64 = (
+        hidden.double().detach().requires_grad_(),
+        head.double().detach().requires_grad_(),
+    )
+    expected = expected_logprobs(hidden64 @ head64.t(), targets, TEMPERATURE)
+    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (hidden64, head64))
+    seen_flat = torch.cat([g.flatten() for g in seen_grads])
+    expected_flat = torch.cat([g.flatten() for g in expected_grads])
+    compare(label, expected_flat, seen_flat, 1e-4 * expected_flat.abs() + 1e-4)
+
+
+def probe_fused_head_temperature(trainer_module: types.ModuleType) -> None:
+    """TRL 1.15+ scales by T inside the fused head, with the temperature it was patched with: every
+    `add_fused_lm_head(...)` of the trainer must pass the trainer's own temperature."""
+    source = inspect.getsource(trainer_module)
+    calls = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", "")) == "add_fused_lm_head"
+    ]
+    if not calls:
+        report("SKIP", "logprobs: the trainer never calls add_fused_lm_head")
+        return
+    for call in calls:
+        given = {k.arg: ast.unparse(k.value) for k in call.keywords}.get(
+            "temperature", "(none: 1.0)"
+        )
+        ok = given in ("self.temperature", "args.temperature", "self.args.temperature")
+        report(
+            "PASS" if ok else "FAIL",
+            f"logprobs GRPOTrainer patches its model with its temperature (grpo_trainer.py:L{call.lineno})",
+            "temperature=self.temperature",
+            f"temperature={given}",
+        )
+
+
+class TokenTableModel(torch.nn.Module):
+    """A causal LM whose logits at a position are a learnable row picked by the token there, so
+    the expected log-probs are known exactly; accepts and ignores the keywords TRL passes."""
+
+    def __init__(self, vocab: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(vocab, vocab, generator=generator) * 3)
+
+    def forward(self, input_ids, attention_mask=None, logits_to_keep=0, **_):
+        logits = self.table[input_ids]
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        return types.SimpleNamespace(logits=logits, aux_loss=None)
+
+
+SCORING_METHODS = ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
+
+
+def probe_trainer_scoring(trainer_class: type, version: str) -> None:
+    """TRL 0.15 to 1.14: the trainer's own scoring method, on a stub trainer at T = 0.7 and a model
+    whose logits are known. 0.16 on divide the logits by T in that method (or pass T to 1.14's
+    helpers); 0.15 scores at T = 1 as released, so that is what it is held to."""
+    name = next((n for n in SCORING_METHODS if hasattr(trainer_class, n)), None)
+    if name is None:
+        report(
+            "SKIP",
+            "logprobs: no scoring method (TRL 0.14 computes log-probs inline in compute_loss)",
+        )
+        return
+    release = parsed_version(version)
+    temperature = 1.0 if release is not None and release < (0, 16) else TEMPERATURE
+    note = " (as released, TRL 0.15 scores at T = 1)" if temperature == 1.0 else ""
+    stub = object.__new__(trainer_class)  # methods only: no __init__, no model, no accelerator
+    stub.__dict__.update(
+        temperature=TEMPERATURE,
+        model_kwarg_keys={"input_ids", "attention_mask", "logits_to_keep"},
+        use_liger_kernel=False,
+        _entropy_bonus_enabled=False,
+        accelerator=types.SimpleNamespace(
+            autocast=contextlib.nullcontext, unwrap_model=lambda m: m
+        ),
+    )
+    generator = torch.Generator().manual_seed(2)
+    model = TokenTableModel(13, generator)
+    prompt, completion = 3, 4
+    input_ids = torch.randint(0, 13, (2, prompt + completion), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    targets = input_ids[:, prompt:]
+    predicting = input_ids[:, prompt - 1 : -1]  # position p's logits score token p + 1
+    weights = torch.randn(2, completion, generator=generator)
+    passes = [("", {})]
+    if "compute_entropy=" in inspect.getsource(sys.modules[trainer_class.__module__]):
+        # 0.20 on: the policy pass asks for entropies too, which 1.14 routes to another helper
+        passes = [
+            (" policy pass (with entropies)", {"compute_entropy": True}),
+            (" old/reference pass", {}),
+        ]
+    for suffix, kwargs in passes:
+        label = f"logprobs GRPOTrainer.{name}{suffix} at T = {TEMPERATURE}"
+        model.zero_grad()
+        try:
+            # unwrapped: TRL's profiling decorator needs a trainer's state, the method does not
+            method = inspect.unwrap(getattr(trainer_class, name))
+            output = method(stub, model, input_ids, attention_mask, completion, **kwargs)
+            seen = output[0] if isinstance(output, tuple | list) else output
+            (seen * weights).sum().backward()
+        except Exception as error:
+            report("ERROR", label, "log-probs", f"{type(error).__name__}: {error}")
+            continue
+        table = model.table.detach().double().requires_grad_()
+        expected = expected_logprobs(table[predicting], targets, temperature)
+        compare(
+            f"{label}: equals log_softmax(logits / {temperature:g}){note}",
+            expected,
+            seen,
+            torch.full_like(expected, 1e-5),
+        )
+        (expected_grad,) = torch.autograd.grad((expected * weights.double()).sum(), table)
+        seen_grad = (
+            model.table.grad if model.table.grad is not None else torch.zeros_like(model.table)
+        )
+        used = predicting.unique()  # the table rows the completion's logits came from
+        expected_grad, seen_grad = expected_grad[used], seen_grad[used]
+        compare(
+            f"{label}: its gradient", expected_grad, seen_grad, 1e-4 * expected_grad.abs() + 1e-5
+        )
+
+
 # --------------------------------------------------------------------------- advantages
 
-ADVANTAGE_CASES = (  # (name, rewards, group size, expected)
-    ("rewards [0, 1], G = 2", [0.0, 1.0], 2, [-0.7071, 0.7071]),
-    ("constant group [0.5, 0.5]", [0.5, 0.5], 2, [0.0, 0.0]),
+ADVANTAGE_CASES = (  # (name, rewards, group size)
+    ("rewards [0, 1], G = 2", [0.0, 1.0], 2),
+    ("constant group [0.5, 0.5]", [0.5, 0.5], 2),
 )
 
 
-def check_advantages(name: str, compute: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
-    for case, rewards, group, expected in ADVANTAGE_CASES:
-        label = f"advantages {name}: {case}"
+def expected_advantages(rewards: list[float], group: int, population: bool) -> list[float]:
+    """(r - group mean) / (group std + 1e-4), std with Bessel's correction unless `population`."""
+    grouped = torch.tensor(rewards, dtype=torch.float64).view(-1, group)
+    std = grouped.std(dim=1, keepdim=True, correction=0 if population else 1)
+    return (
+        ((grouped - grouped.mean(dim=1, keepdim=True)) / (std + ADVANTAGE_EPSILON))
+        .flatten()
+        .tolist()
+    )
+
+
+def check_advantages(
+    name: str, compute: Callable[[torch.Tensor, int], torch.Tensor], population: bool = False
+) -> None:
+    for case, rewards, group in ADVANTAGE_CASES:
+        expected = [round(e, 4) for e in expected_advantages(rewards, group, population)]
+        label = f"advantages {name}: {case} ({'population' if population else 'unbiased'} std)"
         try:
             seen = compute(torch.tensor(rewards), group).flatten().tolist()
         except Exception as error:
@@ -373,8 +590,10 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--trl", nargs="?", const="", metavar="PATH", help="TRL checkout or fork")
     target.add_argument("--module", metavar="FILE.py", help="from-scratch trainer file")
     parser.add_argument("--name", action="append", default=[], metavar="STAGE=ATTR")
+    parser.add_argument("--std", choices=("unbiased", "population"), default="unbiased")
     args = parser.parse_args(argv)
     renames = dict(item.split("=", 1) for item in args.name)
+    population = args.std == "population"
 
     try:
         if args.module is not None:
@@ -396,54 +615,30 @@ def main(argv: list[str] | None = None) -> int:
                         f"{type(error).__name__}: {error}",
                     )
                     continue
-                {
-                    "logprobs": probe_logprobs,
-                    "advantages": check_advantages,
-                    "decode": probe_decode,
-                }[stage](spec, function)
-            return 1 if failures else 0
-        trl = import_trl(args.trl or None)
+                if stage == "advantages":
+                    check_advantages(spec, function, population)
+                else:
+                    {"logprobs": probe_logprobs, "decode": probe_decode}[stage](spec, function)
+            return exit_status()
+        trl, root = import_trl(args.trl or None)
     except Exception as error:
         print(f"ERROR cannot load the target: {type(error).__name__}: {error}")
         return 2
 
-    print(f"TRL {trl.__version__} from {Path(trl.__file__).parent}")
+    version = tree_version(trl, root)
+    print(f"TRL {version} from {Path(trl.__file__).parent}")
     utils = importlib.import_module("trl.trainer.utils")
     trainer_module = importlib.import_module("trl.trainer.grpo_trainer")
-
-    calls_helper = "selective_log_softmax(" in inspect.getsource(trainer_module)
-    if "logprobs" in renames:
-        probe_logprobs(renames["logprobs"], resolve(renames["logprobs"], utils))
-    elif not calls_helper and importlib.util.find_spec("trl.kernels") is not None:  # 1.15 on
-        try:
-            kernel = importlib.import_module("trl.kernels").ChunkedLogProbFunction
-        except Exception as error:  # TRL 1.15's kernel module imports triton unconditionally
-            report(
-                "SKIP",
-                "logprobs: cannot import the fused head's kernel trl.kernels.ChunkedLogProbFunction",
-                "",
-                f"{type(error).__name__}: {error}",
-            )
-        else:
-            probe_logprobs(
-                "trl.kernels.chunked_logprob.ChunkedLogProbFunction (the fused head)",
-                fused_head_logprobs(kernel),
-                takes_temperature=True,
-            )
-    elif hasattr(utils, "selective_log_softmax"):
-        probe_logprobs("trl.trainer.utils.selective_log_softmax", utils.selective_log_softmax)
-    else:
-        report(
-            "SKIP",
-            "logprobs: no trl.trainer.utils.selective_log_softmax (TRL 0.14 computes it inline)",
-        )
+    probe_trl_logprobs(trainer_module, utils, version, renames)
 
     if "advantages" in renames:
-        check_advantages(renames["advantages"], resolve(renames["advantages"], trainer_module))
+        check_advantages(
+            renames["advantages"], resolve(renames["advantages"], trainer_module), population
+        )
     else:
         try:
             method, span, run = trl_advantage_code(trainer_module.GRPOTrainer)
-            check_advantages(f"GRPOTrainer.{method} ({span})", run)
+            check_advantages(f"GRPOTrainer.{method} ({span})", run, population)
         except Exception as error:
             report(
                 "ERROR",
@@ -463,7 +658,47 @@ def main(argv: list[str] | None = None) -> int:
             report(
                 "SKIP", f"decode: no helper named {' or '.join(DECODE_NAMES)} (stock TRL has none)"
             )
-    return 1 if failures else 0
+    return exit_status()
+
+
+def probe_trl_logprobs(
+    trainer_module: types.ModuleType, utils: types.ModuleType, version: str, renames: dict
+) -> None:
+    """The log-prob checks for the TRL release in front of us (see the module docstring)."""
+    if "logprobs" in renames:
+        probe_logprobs(renames["logprobs"], resolve(renames["logprobs"], utils))
+        return
+    fused = "add_fused_lm_head(" in inspect.getsource(trainer_module)
+    if not fused:  # 0.14 to 1.14: the trainer's method, then the helpers it calls
+        probe_trainer_scoring(trainer_module.GRPOTrainer, version)
+        helpers = [
+            n
+            for n in ("selective_log_softmax", "selective_log_softmax_and_entropy")
+            if hasattr(utils, n)
+        ]
+        for helper in helpers:
+            function = getattr(utils, helper)
+            if helper.endswith("_and_entropy"):
+                function = lambda logits, index, f=function: f(logits, index)[0]  # noqa: E731
+            probe_logprobs(f"trl.trainer.utils.{helper}", function)
+        return
+    probe_fused_head_temperature(trainer_module)
+    try:
+        kernel = importlib.import_module("trl.kernels").ChunkedLogProbFunction
+    except Exception as error:  # TRL 1.15's kernel module imports triton unconditionally
+        report(
+            "SKIP",
+            "logprobs: cannot import the fused head's kernel trl.kernels.ChunkedLogProbFunction",
+            "",
+            f"{type(error).__name__}: {error}",
+        )
+        return
+    probe_logprobs(
+        "trl.kernels.chunked_logprob.ChunkedLogProbFunction (the fused head)",
+        fused_head_logprobs(kernel),
+        takes_temperature=True,
+    )
+    probe_fused_head_backward(kernel)
 
 
 if __name__ == "__main__":
