@@ -517,7 +517,7 @@ def _drive_compute_loss(
         "completion_ids": torch.zeros(num_rows, length, dtype=torch.long),
         "completion_mask": mask,
         "advantages": advantages,
-        "num_items_in_batch": torch.as_tensor(num_items_in_batch) * steps,  # over both steps
+        "num_items_in_batch": torch.as_tensor(num_items_in_batch) * steps,  # over the steps run
         "old_per_token_logps": old_per_token_logps,
         "ref_per_token_logps": ref_per_token_logps,
     }
