@@ -27,7 +27,9 @@ Stock TRL has no reasoning-strip function (reward functions receive the raw deco
 Conventions: one process, S = 1 and train mode (gt:L3153-3183). `compute_loss` runs one micro-batch
 at GA = 1, or, where the release scales the loss for accumulation itself (0.23+), the same
 micro-batch twice at GA = 2 as HF's loop accumulates it, with num_items_in_batch counted over both
-(see `_accumulated`). Each function's `grpo_check_location` is the line of the imported, possibly
+(see `_accumulated`). Given `gradient_accumulation_steps` (and `steps_per_generation`), it runs one
+micro-step of such a window instead, so that a check can sum the micro-steps of different
+micro-batches itself. Each function's `grpo_check_location` is the line of the imported, possibly
 patched, TRL source that computes its value.
 """
 
@@ -481,6 +483,7 @@ def _drive_compute_loss(
     old_per_token_logps: torch.Tensor | None = None,
     ref_per_token_logps: torch.Tensor | None = None,
     num_items_in_batch: int | float | torch.Tensor | None = None,
+    window: tuple[int, int] | None = None,
     read: tuple[str, ...] = (),
     **loss_options: Any,
 ) -> tuple[torch.Tensor, dict]:
@@ -490,6 +493,8 @@ def _drive_compute_loss(
     each `_compute_loss` on the micro-batch, `num_items_in_batch` counted over both, and the two
     losses summed as their gradients accumulate. For a TRL that scales correctly the sum is the
     one-micro-batch loss of the protocol, for every loss type (each step contributes half of it).
+    `window=(GA, S)` runs one micro-step of a GA-step window whose generation batch has S
+    micro-batches, `num_items_in_batch` counting all of them (None: S times this micro-batch's).
     """
     if loss_options.get("beta") is None:  # the release's default
         loss_options["beta"] = CONVENTIONS["beta"]
@@ -502,16 +507,22 @@ def _drive_compute_loss(
     grpo = trainer()
     num_rows, length = per_token_logps.shape
     mask = completion_mask.long()  # TRL's completion_mask is int64 (gt:L2459)
-    if num_items_in_batch is None:
-        num_items_in_batch = mask.sum()  # one generation batch = this micro-batch (gt:L2498)
-    steps = 2 if _accumulated() else 1
+    if window is None:
+        steps = 2 if _accumulated() else 1
+        accumulation_steps, generation_steps = steps, steps
+    else:
+        steps = 1
+        accumulation_steps, generation_steps = window
+    if num_items_in_batch is None:  # the generation batch's tokens (gt:L2498): this micro-batch's,
+        # once for the protocol's one batch, S times in a window of S micro-batches like it
+        num_items_in_batch = mask.sum() * (generation_steps if window else 1)
     inputs = {
         "prompt_ids": torch.zeros(num_rows, 1, dtype=torch.long),
         "prompt_mask": torch.ones(num_rows, 1, dtype=torch.long),
         "completion_ids": torch.zeros(num_rows, length, dtype=torch.long),
         "completion_mask": mask,
         "advantages": advantages,
-        "num_items_in_batch": torch.as_tensor(num_items_in_batch) * steps,
+        "num_items_in_batch": torch.as_tensor(num_items_in_batch) * steps,  # over the steps run
         "old_per_token_logps": old_per_token_logps,
         "ref_per_token_logps": ref_per_token_logps,
     }
@@ -525,9 +536,13 @@ def _drive_compute_loss(
         _settings(
             grpo,
             num_iterations=1 if old_per_token_logps is None else 2,  # 0.17 reads old only then
-            current_gradient_accumulation_steps=steps,
+            current_gradient_accumulation_steps=accumulation_steps,
         ),
-        _settings(grpo.args, gradient_accumulation_steps=steps, steps_per_generation=steps),
+        _settings(
+            grpo.args,
+            gradient_accumulation_steps=accumulation_steps,
+            steps_per_generation=generation_steps,
+        ),
         replaced(grpo, trl_shims.LOGPS_METHOD, scoring),
         reading_locals(GRPOTrainer._compute_loss, read) as seen,
     ):
@@ -556,12 +571,16 @@ def compute_loss(
     num_items_in_batch: int | float | torch.Tensor | None = None,
     sapo_temperature_pos: float = CONVENTIONS["sapo_temperature_pos"],
     sapo_temperature_neg: float = CONVENTIONS["sapo_temperature_neg"],
+    gradient_accumulation_steps: int | None = None,
+    steps_per_generation: int | None = None,
 ) -> torch.Tensor:
     """TRL's `_compute_loss` on one micro-batch; the gradient flows to `per_token_logps`.
 
     `beta=None` is the release's default (CONVENTIONS["beta"]); without reference log-probs it is
     measured against the policy itself, as TRL's reference (a copy of the initial policy) is at the
-    first step.
+    first step. With `gradient_accumulation_steps` the loss is one micro-step's of a window of that
+    many, with `steps_per_generation` (default: GA) micro-batches per generation batch and
+    `num_items_in_batch` the generation batch's tokens (see `_window`).
     """
     loss, _ = _drive_compute_loss(
         per_token_logps,
@@ -580,8 +599,40 @@ def compute_loss(
         num_items_in_batch=num_items_in_batch,
         sapo_temperature_pos=sapo_temperature_pos,
         sapo_temperature_neg=sapo_temperature_neg,
+        window=_window(gradient_accumulation_steps, steps_per_generation, loss_type),
     )
     return loss
+
+
+def _window(
+    gradient_accumulation_steps: int | None, steps_per_generation: int | None, loss_type: str
+) -> tuple[int, int] | None:
+    """(GA, S) of an explicit accumulation window, or None for the protocol's one batch.
+
+    NotImplementedError (the check skips) where the release's semantics are not the accumulation
+    rule: before 0.23 HF's Trainer, not TRL, divides by GA; before 1.10 dapo and cispo normalise by
+    the whole generation batch without GA / S, which is one window only when S = GA.
+    """
+    if gradient_accumulation_steps is None:
+        if steps_per_generation is not None:
+            raise ValueError("steps_per_generation needs gradient_accumulation_steps")
+        return None
+    ga = int(gradient_accumulation_steps)
+    s = ga if steps_per_generation is None else int(steps_per_generation)
+    if ga < 1 or s < 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={ga} and steps_per_generation={s} must be >= 1"
+        )
+    if ga != 1 and not _accumulated():
+        raise NotImplementedError(
+            f"TRL {TRL_VERSION} leaves the division by gradient_accumulation_steps to HF's Trainer"
+        )
+    if s != ga and loss_type in ("dapo", "cispo") and not trl_conventions.DAPO_WINDOW_RESCALE:
+        raise NotImplementedError(
+            f"TRL {TRL_VERSION} normalises {loss_type} by the generation batch's tokens without"
+            " GA / S (from 1.10)"
+        )
+    return ga, s
 
 
 @_located(GRPOTrainer._compute_loss, "per_token_kl = (")

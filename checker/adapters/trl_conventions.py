@@ -21,6 +21,11 @@ from typing import Any
 from checker.adapters.trl_shims import EOS_ID_LIST, RELEASE, config_defaults, config_fields
 from reference_impl.protocol import LOSS_TYPES
 
+# dapo's and cispo's num_items_in_batch counts the whole generation batch (S micro-batches); from
+# 1.10.0 (PR #6024) the normaliser is rescaled by GA / S to one accumulation window, before it is
+# not (the two agree at S = GA, the default).
+DAPO_WINDOW_RESCALE = RELEASE >= (1, 10)
+
 # The release each protocol loss type first appears in (TRL's `loss_type` values).
 LOSS_TYPE_SINCE = {
     "grpo": (0, 17),

@@ -3,7 +3,8 @@
 Rules (TRL 1.16 gt:L3108-3124): -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
 gives zero gradient exactly where A > 0 and r > 1 + eps_high, or A < 0 and r < 1 - eps_low; `delta`
 caps the unclipped r (zero gradient where A < 0 and r > delta); cispo weights the policy gradient by
-sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by the sign of A.
+sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by the sign of A, the
+slope of sigmoid(tau (r - 1)) * 4 / tau (gt:L3123), whose 4 / tau keeps it at 1 for r = 1 whatever tau.
 These checks look only at WHICH tokens get zero gradient, or at gradient ratios, so the loss
 normaliser cancels; they rely on the ratio being right (depends_on ratio). A candidate declaring
 `clipping: symmetric` is probed at its own epsilon; `policy_loss: reinforce` has nothing to clip.
@@ -246,5 +247,53 @@ def sapo_soft_gate(ctx: Context) -> None:
         causes={
             "the sapo temperatures are swapped (tau_neg used where A > 0)": gate(1.05, 1.0),
             "one sapo temperature is used for both signs of A": gate(1.0, 1.0),
+        },
+    )
+
+
+# Two pairs of sapo temperatures (tau where A > 0, tau where A < 0): the defaults, then others.
+SAPO_TAUS = ((1.0, 1.05), (2.0, 3.0))
+
+
+@check("clipping", "compute_loss", depends_on=("ratio",))
+def sapo_gate_scale(ctx: Context) -> None:
+    """sapo at fixed ratios (r = 1 among them), tau changed from (1, 1.05) to (2, 3): only the gate moves, and its 4 / tau factor keeps its slope 4 sigma'(tau (r - 1)) at 1 for r = 1, so grad(tau') / grad(tau) = sigma'(tau' (r - 1)) / sigma'(tau (r - 1))."""
+    _skip_reinforce(ctx)
+    ratios = [0.6, 1.0, 1.3, 2.0]
+    logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
+    grads = []
+    for tau_pos, tau_neg in SAPO_TAUS:
+        _, grad = loss_and_grad(
+            ctx,
+            logps,
+            advantages,
+            mask,
+            old_per_token_logps=old,
+            loss_type="sapo",
+            importance_sampling_level="token",
+            sapo_temperature_pos=tau_pos,
+            sapo_temperature_neg=tau_neg,
+        )
+        grads.append(grad)
+    ratio, keep = gradient_ratio(grads[1], grads[0], mask)
+    r = torch.tensor(ratios, dtype=torch.float64).expand(2, -1)
+    (pos_a, neg_a), (pos_b, neg_b) = SAPO_TAUS
+    tau_a = torch.tensor([pos_a, neg_a], dtype=torch.float64).unsqueeze(1)
+    tau_b = torch.tensor([pos_b, neg_b], dtype=torch.float64).unsqueeze(1)
+    expected = _sigmoid_slope(tau_b * (r - 1)) / _sigmoid_slope(tau_a * (r - 1))
+    assert_close(
+        ratio,
+        expected[keep],
+        atol=1e-6,
+        rtol=1e-4,
+        what=f"sapo gradient ratios tau {SAPO_TAUS[1]} / tau {SAPO_TAUS[0]}",
+        causes={
+            "the sapo gate lacks its 4 / tau factor (sigmoid(tau (r - 1)) * 4 / tau, gt:L3123):"
+            " its slope at r = 1 is tau / 4 (or tau with 4 alone), not 1": (
+                expected * tau_b / tau_a
+            )[keep],
+            "the sapo temperatures are ignored: the gate does not change with tau": torch.ones_like(
+                ratio
+            ),
         },
     )

@@ -54,7 +54,8 @@ class Context:
             # keyword value, or a positional one such as two EOS ids): not provided, not a bug.
             options = {k: v for k, v in passed.items() if k in DEFAULTS}
             case = _kv(options) if options else _short(str(error)) or "this input"
-            raise Skip(f"{name} does not implement {case}") from None
+            why = f": {_short(str(error))}" if options and str(error) else ""
+            raise Skip(f"{name} does not implement {case}{why}") from None
         except (ValueError, KeyError) as error:
             # A trainer that implements some conventions rejects the others the way TRL does
             # (`ValueError: Unknown loss type: cispo`): an error naming a value this check asked

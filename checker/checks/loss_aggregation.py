@@ -9,9 +9,17 @@ Probed on policy with negative advantages, where every clipped-family token loss
 conventions change the formula: a verl `loss_agg_mode`, `empty_rows: excluded` (verl's row means
 leave fully masked rows out of the row count), and `policy_loss: reinforce` (-A * logp: its value
 differs from the surrogate's, so the GRADIENT is compared).
+
+Gradient accumulation (gt:L3153-3172), for a `compute_loss` that takes `gradient_accumulation_steps`
+(TRL's own does from 0.23): each micro-step's loss is scaled so that the GA micro-steps' summed
+gradient equals one batch's. grpo, bnpo and dr_grpo divide by GA; dapo and cispo divide by
+num_items_in_batch, the tokens of the whole generation batch of S micro-batches, times GA / S
+(TRL 1.10+, PR #6024), which is the tokens of one accumulation window.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -20,7 +28,7 @@ from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import NEGATIVE_ADVANTAGES, batch, loss_and_grad
 from checker.checks.context import Context, assert_close, fmt
 from checker.fixtures import random_logps, unequal_mask
-from reference_impl.protocol import CLIPPED_LOSS_TYPES
+from reference_impl.protocol import CLIPPED_LOSS_TYPES, LOSS_TYPES
 
 LENGTHS = [6, 3, 0, 5, 2]  # unequal, with one fully masked row
 ADVANTAGES = torch.tensor([-0.5, -1.25, -0.9, -0.8, -2.0])
@@ -179,7 +187,9 @@ def other_loss_types_match_formula(ctx: Context) -> None:
         raise Skip("compute_loss takes no other loss_type")
 
 
-@check("loss_aggregation", "compute_loss", depends_on=("ratio",))
+# sapo's gate scale 4 / tau is clipping's (clipping.sapo_gate_scale isolates it): a gate without it
+# fails here too, by the factor tau / 4, and is diagnosed there.
+@check("loss_aggregation", "compute_loss", depends_on=("ratio", "clipping"))
 def sapo_gradient_matches_formula(ctx: Context) -> None:
     """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded)."""
     logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
@@ -199,7 +209,13 @@ def sapo_gradient_matches_formula(ctx: Context) -> None:
         atol=1e-8,
         rtol=1e-5,
         what="sapo gradients",
-        causes={"sapo is aggregated as a token mean, not seq-mean-token-mean like grpo": other},
+        causes={
+            "sapo is aggregated as a token mean, not seq-mean-token-mean like grpo": other,
+            # A < 0 on every row: the gate's slope at r = 1 is tau_neg / 4 without its 4 / tau
+            "the sapo gate lacks its 4 / tau factor (see clipping.sapo_gate_scale)": expected
+            * ctx.config["sapo_temperature_neg"]
+            / 4,
+        },
     )
 
 
@@ -244,23 +260,194 @@ def masked_entries_are_ignored(ctx: Context) -> None:
     assert_close(grad2, grad, atol=1e-8, rtol=1e-6, what="the same gradient", fallback_cause=cause)
 
 
+# Loss types whose denominator a declared convention leaves unclamped on an all-masked batch: the
+# token count of dapo, cispo and bnpo (TRL before 1.9.2 for dapo/cispo, verl's token-mean) and
+# the non-empty row count of the row means under `empty_rows: excluded` (verl's agg_loss).
+_TOKEN_COUNT_TYPES = ("bnpo", "dapo", "cispo")
+
+
+def _empty_batch_skip(ctx: Context, loss_type: str) -> str | None:
+    """Why a declared convention makes `loss_type`'s denominator 0 on an all-masked batch."""
+    if loss_type in _TOKEN_COUNT_TYPES and ctx.config["empty_batch_normaliser"] == "unclamped":
+        return f"{loss_type}: declared unclamped token-count normaliser (0 / 0 on an empty batch)"
+    if loss_type in conventions.ROW_MEAN_RULES and ctx.config["empty_rows"] == "excluded":
+        return f"{loss_type}: declared empty_rows: excluded (no non-empty row to count)"
+    return None
+
+
 @check("loss_aggregation", "compute_loss")
 def fully_masked_batch_is_zero(ctx: Context) -> None:
-    """A batch whose every token is masked gives loss 0 and a finite (zero) gradient, not NaN."""
-    unclamped = ctx.config["empty_batch_normaliser"] == "unclamped"
-    if unclamped and ctx.config["loss_type"] in ("dapo", "cispo"):
-        raise Skip("declared unclamped dapo/cispo normaliser: 0 / 0 on an empty batch")
+    """For every loss_type the candidate takes, an all-masked batch gives loss 0 and a zero gradient, not NaN: grpo's and sapo's row token counts, bnpo's token count and dapo's and cispo's num_items_in_batch are clamped to >= 1."""
     logps, mask = batch(ctx)
     mask = torch.zeros_like(mask)
-    value, grad = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask)
-    if (
-        not torch.isfinite(value)
-        or value.abs() > 1e-9
-        or not torch.isfinite(grad).all()
-        or grad.abs().max() > 0
-    ):
+    own = ctx.config["loss_type"]
+    ran, failures, skipped = 0, [], []
+    for loss_type in (own, *(t for t in LOSS_TYPES if t != own)):
+        reason = _empty_batch_skip(ctx, loss_type)
+        if reason:
+            skipped.append(reason)
+            continue
+        try:
+            value, grad = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, loss_type=loss_type)
+        except Skip as skip:
+            skipped.append(str(skip))
+            continue
+        ran += 1
+        if (
+            not torch.isfinite(value)
+            or value.abs() > 1e-9
+            or not torch.isfinite(grad).all()
+            or grad.abs().max() > 0
+        ):
+            failures.append(
+                CheckFailure(
+                    f"{loss_type}: loss 0 with zero gradient",
+                    f"loss {fmt(value)}, max |grad| {fmt(float(grad.abs().max()))}",
+                    f"{_EMPTY_BATCH_CAUSES.get(loss_type, 'a count of 0 is divided by')}:"
+                    " clamp the normaliser to >= 1",
+                )
+            )
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
         raise CheckFailure(
-            "loss 0 with zero gradient",
-            f"loss {fmt(value)}, max |grad| {fmt(float(grad.abs().max()))}",
-            "a token count of 0 is divided by: clamp the normaliser to >= 1",
+            f"{len(failures)} loss types to give loss 0 on an all-masked batch",
+            "; ".join(f.line() for f in failures),
         )
+    if not ran:
+        more = f" (+{len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise Skip(f"{skipped[0]}{more}")
+
+
+_EMPTY_BATCH_CAUSES = {
+    "grpo": "a row's token count of 0 is divided by",
+    "sapo": "a row's token count of 0 is divided by",
+    "bnpo": "the batch's token count (mask sum) of 0 is divided by",
+    "dapo": "num_items_in_batch of 0 is divided by",
+    "cispo": "num_items_in_batch of 0 is divided by",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# gradient accumulation: GA micro-steps against one batch of the same rows
+
+# Four micro-batches of three rows with unequal lengths but 11 tokens each, so that one batch of
+# any GA of them is what the accumulated micro-steps must add up to for every loss type (bnpo's
+# mean of micro-batch token means equals the batch's token mean only at equal token counts).
+MICRO_LENGTHS = ([6, 3, 2], [2, 5, 4], [4, 4, 3], [1, 6, 4])
+# (GA, S): S = GA, TRL's default, then S = 2 GA, where dapo's GA / S rescale is not 1.
+ACCUMULATION = ((2, 2), (2, 4))
+
+
+def _takes(fn, name: str) -> bool:
+    """`fn` names parameter `name` itself (not through **kwargs, which may silently drop it)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _window_gradient(ctx, micro, loss_type: str, ga: int, s: int, num_items: int) -> torch.Tensor:
+    """dL/dlogp of the first `ga` micro-batches, each backward on its own loss (gradients summed
+    as HF's accumulation does), stacked as one batch."""
+    grads = []
+    for logps, mask, advantages in micro[:ga]:
+        kwargs = {"loss_type": loss_type, "gradient_accumulation_steps": ga}
+        if s != ga:
+            kwargs["steps_per_generation"] = s
+        if loss_type == "dapo":
+            kwargs["num_items_in_batch"] = num_items
+        _, grad = loss_and_grad(
+            ctx, logps, advantages, mask, importance_sampling_level="token", beta=0.0, **kwargs
+        )
+        grads.append(grad)
+    return torch.cat(grads)
+
+
+def _one_batch_gradient(ctx, micro, loss_type: str, ga: int) -> torch.Tensor:
+    """The hand formula's dL/dlogp for the first `ga` micro-batches as one batch (GA = 1)."""
+    logps = torch.cat([m[0] for m in micro[:ga]])
+    mask = torch.cat([m[1] for m in micro[:ga]])
+    advantages = torch.cat([m[2] for m in micro[:ga]])
+    form = "reinforce" if ctx.config["policy_loss"] == "reinforce" else loss_type
+    leaf = logps.double().requires_grad_(True)
+    total = aggregate(
+        _token_loss(form, leaf, advantages),
+        mask,
+        conventions.aggregation_rule(ctx.config, loss_type),
+        max_len=ctx.config["max_completion_length"],
+        empty_rows=ctx.config["empty_rows"],
+    )
+    return torch.autograd.grad(total, leaf)[0]
+
+
+@check("loss_aggregation", "compute_loss", depends_on=("ratio",))
+def accumulated_gradient_matches_one_batch(ctx: Context) -> None:
+    """GA = 2 micro-steps (S = 2, then S = 4 micro-batches per generation) sum to the gradient of one batch of their rows, for grpo, bnpo, dr_grpo and dapo (num_items_in_batch = the generation batch's tokens, rescaled by GA / S)."""
+    fn = ctx.candidate.functions["compute_loss"]
+    if not _takes(fn, "gradient_accumulation_steps"):
+        raise Skip("compute_loss takes no gradient_accumulation_steps (one micro-batch per step)")
+    micro = [
+        (
+            random_logps(ctx.gen, len(lengths), WIDTH),
+            unequal_mask(lengths, WIDTH),
+            -0.2 - ctx.rand(3),
+        )
+        for lengths in MICRO_LENGTHS
+    ]
+    ran, failures, skipped = 0, [], []
+    for ga, s in ACCUMULATION:
+        if s != ga and not _takes(fn, "steps_per_generation"):
+            skipped.append("compute_loss takes no steps_per_generation")
+            continue
+        num_items = int(sum(int(m[1].sum()) for m in micro[:s]))
+        for loss_type in CLIPPED_LOSS_TYPES:
+            try:
+                seen = _window_gradient(ctx, micro, loss_type, ga, s, num_items)
+            except Skip as skip:
+                skipped.append(f"GA={ga}, S={s}: {skip}")
+                continue
+            ran += 1
+            expected = _one_batch_gradient(ctx, micro, loss_type, ga)
+            try:
+                assert_close(
+                    seen,
+                    expected,
+                    atol=1e-8,
+                    rtol=1e-5,
+                    what=f"accumulated {loss_type} gradient (GA={ga}, S={s}) = one batch's",
+                    causes=_accumulation_causes(loss_type, expected, ga, s),
+                )
+            except CheckFailure as failure:
+                failures.append(failure)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise CheckFailure(
+            f"{len(failures)} accumulated gradients to equal one batch's",
+            "; ".join(f.line() for f in failures),
+        )
+    if not ran:
+        more = f" (+{len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise Skip(f"{skipped[0]}{more}")
+
+
+def _accumulation_causes(loss_type: str, expected: torch.Tensor, ga: int, s: int) -> dict:
+    """Wrong accumulation scalings and the gradient each gives."""
+    if loss_type != "dapo":
+        return {
+            f"the {loss_type} loss is not divided by gradient_accumulation_steps: the window's"
+            f" summed gradient is {ga} times one batch's": expected * ga
+        }
+    causes = {}
+    if s != ga:
+        causes[
+            "dapo's normaliser num_items_in_batch counts the whole generation batch"
+            f" ({s} micro-batches) and lacks the GA / S = {ga}/{s} rescale to one accumulation"
+            " window (TRL 1.10, PR #6024)"
+        ] = expected * ga / s
+    causes[
+        "dapo is also divided by gradient_accumulation_steps (num_items_in_batch already"
+        " spans the accumulated batch)"
+    ] = expected / ga
+    return causes
