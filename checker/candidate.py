@@ -36,7 +36,7 @@ from checker.adapters import trl_version
 from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
-YAML_KEYS = {"module", "path", "functions", "config", "supported"}
+YAML_KEYS = {"module", "path", "functions", "config", "supported", "findings"}
 KINDS = ("auto", "functions", "trl", "verl")
 
 
@@ -57,6 +57,7 @@ class CandidateSpec:
     supported: dict[str, list] = field(default_factory=dict)
     trl_source: str | None = None
     cwd: str = field(default_factory=os.getcwd)
+    findings: list[str] = field(default_factory=list)  # `grpo-check profile`'s, from the YAML
 
 
 @dataclass
@@ -163,7 +164,11 @@ def _spec_from_yaml(target: str) -> CandidateSpec:
     supported = data.get("supported") or {}
     if not isinstance(supported, dict):
         raise TargetError(f"{target}: `supported` must be a mapping")
+    findings = data.get("findings") or []
+    if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+        raise TargetError(f"{target}: `findings` must be a list of strings")
     spec = CandidateSpec(target, "functions", renames=renames, config=config, supported=supported)
+    spec.findings = findings
     if "module" in data:
         spec.module = str(data["module"])
     else:
