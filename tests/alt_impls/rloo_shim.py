@@ -54,4 +54,4 @@ def compute_loss(
     return loss(per_token_logps, old, ref, token_advantages, completion_mask)
 
 
-compute_loss.grpo_check_location = "rloo_trainer.py:56"  # failures point at the trainer's loss
+compute_loss.grpo_check_location = "rloo_trainer.py:58"  # failures point at the trainer's loss
