@@ -3,8 +3,9 @@
 Rule (TRL 1.16 gt:L2777-2810): A = (r - nanmean(group)) / (nanstd(group) + 1e-4)
 with the Bessel (n - 1) std over non-NaN values, groups = contiguous blocks of G rows; "batch" uses
 the std of all N rewards, "none" skips the division; NaN results become 0. A candidate that
-declares another epsilon (value, or placement inside the square root), the population std, or no
-NaN rewards is compared with that formula instead (checker.conventions).
+declares another epsilon (value, or placement inside the square root), the population std, the
+leave-one-out baseline or std (RLOO; NeMo-RL), or no NaN rewards is compared with that formula
+instead (checker.conventions), computed in float64 from the float32 rewards.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def _matches_reference(ctx: Context, mode: str, pass_mode: bool) -> None:
 
 @check("advantages", "compute_advantages")
 def matches_reference(ctx: Context) -> None:
-    """Advantages equal (r - group mean) / (group std + epsilon) at the candidate's own scale_rewards, std estimator and epsilon."""
+    """Advantages equal (r - baseline) / (std + epsilon) at the candidate's own scale_rewards, baseline, std estimator and epsilon."""
     _matches_reference(ctx, ctx.config["scale_rewards"], pass_mode=False)
 
 
