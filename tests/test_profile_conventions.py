@@ -137,6 +137,18 @@ def test_planted_leave_one_out_residue_bug_fails(rloo_profiled, tmp_path):
     assert report["diagnosis"]["root_stages"] == ["advantages"]
 
 
+def test_undeclared_leave_one_out_is_named_not_called_batch_wide(tmp_path):
+    """Without the YAML, the advantage failures name the conventions that fit (leave-one-out
+    baseline and std, epsilon 1e-6) and say how to declare them."""
+    rloo_copy(tmp_path)
+    result = run("rloo_shim.py", "--json", "--stage", "advantages", cwd=tmp_path)
+    bad = {r["check"]: r["message"] for r in failing(json.loads(result.stdout))}
+    for check in ("matches_reference", "groups_are_centred"):
+        message = bad[f"advantages.{check}"]
+        assert "declare baseline: leave_one_out, std_estimator: leave_one_out" in message, message
+        assert "batch-wide" not in message
+
+
 # -- an on-policy-only loss with an unweighted KL (torchtune's GRPOSimpleLoss shape) -------------
 
 ON_POLICY_ONLY = """

@@ -98,22 +98,43 @@ def wrong_advantages(
 
 
 def epsilon_cause(rewards: torch.Tensor, G: int, seen: torch.Tensor, config: dict) -> str:
-    """Name the epsilon the candidate uses when it is not the declared one: '1e-6 added to the std'."""
-    fitted = conventions.fit_epsilon(rewards, G, seen, config["std_estimator"], config["baseline"])
-    if fitted is None:
-        return ""
-    placement, epsilon = fitted
+    """Name the conventions that reproduce `seen` when they are not the declared ones: the
+    epsilon ('1e-6 added to the std'), and the baseline and std estimator when another pair fits."""
+    own = (config["baseline"], config["std_estimator"])
+    pairs = [own] + [(b, e) for b in BASELINE_NAMES for e in STD_NAMES if (b, e) != own]
     declared = (config["advantage_epsilon_placement"], float(config["advantage_epsilon"]))
-    if placement == declared[0] and abs(epsilon - declared[1]) <= 0.05 * declared[1] + 1e-7:
-        return ""
-    seen_words = conventions.epsilon_words(placement, epsilon)
-    cause = f"the advantage epsilon is {seen_words}, not {conventions.epsilon_words(*declared)}"
-    if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
-        return f"{cause}: a bug (it flattens every advantage)"
-    return (
-        f"{cause}; if intended, declare advantage_epsilon: {conventions.short(epsilon)}"
-        f" and advantage_epsilon_placement: {placement}"
-    )
+    for baseline, estimator in pairs:
+        fitted = conventions.fit_epsilon(rewards, G, seen, estimator, baseline)
+        if fitted is None:
+            continue
+        placement, epsilon = fitted
+        same = placement == declared[0] and abs(epsilon - declared[1]) <= 0.05 * declared[1] + 1e-7
+        if (baseline, estimator) == own:
+            if same:
+                return ""
+            seen_words = conventions.epsilon_words(placement, epsilon)
+            cause = (
+                f"the advantage epsilon is {seen_words}, not {conventions.epsilon_words(*declared)}"
+            )
+            if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
+                return f"{cause}: a bug (it flattens every advantage)"
+            return (
+                f"{cause}; if intended, declare advantage_epsilon: {conventions.short(epsilon)}"
+                f" and advantage_epsilon_placement: {placement}"
+            )
+        fits = {"baseline": baseline, "std_estimator": estimator}
+        if not same:
+            fits |= {"advantage_epsilon": epsilon, "advantage_epsilon_placement": placement}
+        changed = {k: v for k, v in fits.items() if config[k] != v}
+        return (
+            f"the advantages fit a baseline of {BASELINE_NAMES[baseline]} and the"
+            f" {STD_NAMES[estimator]} std + {conventions.short(epsilon)}; if intended, declare "
+            + ", ".join(
+                f"{k}: {conventions.short(v) if isinstance(v, float) else v}"
+                for k, v in changed.items()
+            )
+        )
+    return ""
 
 
 def _matches_reference(ctx: Context, mode: str, pass_mode: bool) -> None:
@@ -184,7 +205,11 @@ def groups_are_centred(ctx: Context) -> None:
     sums = seen.view(-1, G).sum(1)
     if not torch.all(sums.abs() <= 1e-4 * (1 + seen.abs().max())):
         variants = wrong_advantages(rewards, G, ctx.config["scale_rewards"], ctx.config)
-        cause = explain(seen.double(), variants, 1e-5, 1e-4) or "the group mean is not subtracted"
+        cause = (
+            explain(seen.double(), variants, 1e-5, 1e-4)
+            or epsilon_cause(rewards, G, seen, ctx.config)
+            or "the group mean is not subtracted"
+        )
         raise CheckFailure("per-group sums 0", f"{fmt(sums)}", cause)
 
 
@@ -359,5 +384,6 @@ def bounded_by_sqrt_group_size(ctx: Context) -> None:
         raise CheckFailure(
             f"max |A| <= {bound:.4f}",
             fmt(worst),
-            "the std is too small: population std on a subset, or a wrong group split",
+            epsilon_cause(rewards, G, seen, ctx.config)
+            or "the std is too small: population std on a subset, or a wrong group split",
         )
