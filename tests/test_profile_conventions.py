@@ -149,6 +149,26 @@ def test_undeclared_leave_one_out_is_named_not_called_batch_wide(tmp_path):
         assert "batch-wide" not in message
 
 
+ONE_PASS_VARIANCE = """
+def compute_advantages(rewards, num_generations, scale_rewards="group"):
+    g = rewards.view(-1, num_generations)
+    mean = g.mean(1, keepdim=True)
+    var = ((g**2).mean(1, keepdim=True) - mean**2) * num_generations / (num_generations - 1)
+    return ((g - mean) / (var.clamp(min=0).sqrt() + 1e-4)).reshape(-1)
+"""
+
+
+def test_one_pass_variance_fails_on_a_near_constant_group(tmp_path):
+    """TRL's formula with var = E[r^2] - E[r]^2 in float32: exact on the dyadic fixtures, but on
+    rewards near 10 the variance is rounding residue; the failure names it."""
+    (tmp_path / "one_pass.py").write_text(ONE_PASS_VARIANCE)
+    result = run("one_pass.py", "--json", "--stage", "advantages", cwd=tmp_path)
+    bad = {r["check"]: r["message"] for r in failing(json.loads(result.stdout))}
+    message = bad["advantages.lone_member_and_unrepresentable_rewards"]
+    assert "(group [10, 10, 10" in message and "float32 rounding residue" in message, message
+    assert "advantages.matches_reference" not in bad  # the random fixture alone misses it
+
+
 # -- an on-policy-only loss with an unweighted KL (torchtune's GRPOSimpleLoss shape) -------------
 
 ON_POLICY_ONLY = """

@@ -321,8 +321,9 @@ def _residue_cause(ctx: Context, rewards: torch.Tensor, G: int, seen: torch.Tens
     implied = float(centred[i] / seen[i]) - epsilon
     scale = float(rewards.view(-1, G)[i // G].abs().max())
     floor = math.sqrt(G * FP32_EPS) * scale
-    if not 0 <= implied <= floor:
+    if not -1e-3 * epsilon <= implied <= floor:  # a residue clamped to 0 leaves epsilon alone
         return ""
+    implied = max(implied, 0.0)
     exact = 0.0 if float(divisor[i]) == 1.0 else float(divisor[i]) - epsilon
     name = STD_NAMES[ctx.config["std_estimator"]]
     return (
