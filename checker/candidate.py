@@ -38,7 +38,16 @@ from checker.adapters import trl_version
 from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
-YAML_KEYS = {"module", "path", "functions", "config", "supported", "trainer", "grpo_config"}
+YAML_KEYS = {
+    "module",
+    "path",
+    "functions",
+    "config",
+    "supported",
+    "findings",
+    "trainer",
+    "grpo_config",
+}
 # The keywords grpo-check passes a GRPOTrainer (subclass) when it builds one.
 TRAINER_KEYWORDS = ("model", "reward_funcs", "args", "train_dataset", "processing_class")
 KINDS = ("auto", "functions", "trl", "verl")
@@ -65,6 +74,7 @@ class CandidateSpec:
     # built with ("/abs/file.py:NAME", "module:NAME", or a mapping of GRPOConfig fields).
     trainer: str | None = None
     grpo_config: str | dict | None = None
+    findings: list[str] = field(default_factory=list)  # `grpo-check profile`'s, from the YAML
 
 
 @dataclass
@@ -226,7 +236,11 @@ def _spec_from_yaml(target: str) -> CandidateSpec:
     supported = data.get("supported") or {}
     if not isinstance(supported, dict):
         raise TargetError(f"{target}: `supported` must be a mapping")
+    findings = data.get("findings") or []
+    if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+        raise TargetError(f"{target}: `findings` must be a list of strings")
     spec = CandidateSpec(target, "functions", renames=renames, config=config, supported=supported)
+    spec.findings = findings
     if "module" in data:
         spec.module = str(data["module"])
     else:

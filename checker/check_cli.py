@@ -22,7 +22,13 @@ from checker.candidate import KINDS, TargetError, resolve_target
 from checker.checks import CheckResult
 from checker.coverage import uncovered
 from checker.diagnosis import diagnose
-from checker.profile import PROFILE_TIMEOUT, ProfileError, run_profile, yaml_text
+from checker.profile import (
+    PROFILE_TIMEOUT,
+    ProfileError,
+    finding_results,
+    run_profile,
+    yaml_text,
+)
 from checker.report import print_table, shown, to_json, write_junit
 from checker.sandbox import CandidateLoadError, run_isolated
 from reference_impl.protocol import DEFAULTS, STAGES
@@ -44,6 +50,7 @@ def run_check(
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
     spec = resolve_target(target, kind, grpo_config)
     results = run_isolated(spec, stages, seed, timeout, workers, log)
+    results += finding_results(spec, stages)
     return spec.kind, results, diagnose(results)
 
 

@@ -37,35 +37,79 @@ def group_std(grouped: torch.Tensor, estimator: str, dim: int | None = 1) -> tor
     return torch.sqrt(squares / (count - correction))
 
 
-def advantages(
+def group_statistics(
+    rewards: torch.Tensor, num_generations: int, baseline: str, estimator: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per member, in float64: its reward minus the baseline, and the std it is divided by.
+
+    The baseline is the group mean or the mean of the G - 1 others (leave-one-out); the std is
+    the group's (Bessel or population) or the Bessel std of the others (leave-one-out), computed
+    from deviations, never as sqrt(E[r^2] - E[r]^2), so a member whose others are all equal gets
+    exactly 0. NaN rewards count in neither.
+    """
+    grouped = rewards.double().view(-1, num_generations)
+    valid = ~torch.isnan(grouped)
+    values = grouped.nan_to_num(0.0)
+    count = valid.sum(1, keepdim=True)
+    others = count - valid.long()
+    others_mean = (values.sum(1, keepdim=True) - values) / others.clamp(min=1)
+    group_mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    centred = grouped - (others_mean if baseline == "leave_one_out" else group_mean)
+    if estimator != "leave_one_out":
+        std = group_std(grouped, estimator).expand_as(grouped)
+        return centred, std
+    # [rows, member i, other j]: squared deviations of the others from member i's baseline
+    deviations = (values.unsqueeze(1) - others_mean.unsqueeze(2)) ** 2
+    keep = valid.unsqueeze(1) & ~torch.eye(num_generations, dtype=torch.bool)
+    squares = (deviations * keep).sum(2)
+    std = torch.where(others > 1, torch.sqrt(squares / (others - 1).clamp(min=1)), 0.0)
+    return centred, std
+
+
+def advantage_parts(
     rewards: torch.Tensor, num_generations: int, config: dict, scale_rewards: str | None = None
-) -> torch.Tensor:
-    """TRL's advantages (gt:L2777-2810) with the candidate's epsilon, placement and std estimator."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per member, in float64: the centred reward and what it is divided by (1 when undivided)."""
     mode = scale_rewards or config["scale_rewards"]
     epsilon = float(config["advantage_epsilon"])
-    grouped = rewards.view(-1, num_generations)
-    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    estimator = config["std_estimator"]
+    if mode == "batch" and estimator == "leave_one_out":
+        estimator = "bessel"  # a batch-wide std has no member to leave out
+    centred, std = group_statistics(rewards, num_generations, config["baseline"], estimator)
     if mode == "none":
-        return torch.nan_to_num(centred.reshape(-1), nan=0.0)
-    scope = grouped if mode == "group" else rewards.view(1, -1)
-    std = group_std(scope, config["std_estimator"])
+        return centred.reshape(-1), torch.ones_like(centred).reshape(-1)
     if mode == "batch":
-        std = std.view(())
+        std = group_std(rewards.double().view(1, -1), estimator).expand_as(centred)
     if config["advantage_epsilon_placement"] == "sqrt":
         divisor = torch.sqrt(std**2 + epsilon)
     else:
         divisor = std + epsilon
-    return torch.nan_to_num((centred / divisor).reshape(-1), nan=0.0)
+    if estimator == "leave_one_out":  # no variation among the others: left undivided
+        divisor = torch.where(std > 0, divisor, torch.ones_like(divisor))
+    return centred.reshape(-1), divisor.reshape(-1)
+
+
+def advantages(
+    rewards: torch.Tensor, num_generations: int, config: dict, scale_rewards: str | None = None
+) -> torch.Tensor:
+    """TRL's advantages (gt:L2777-2810) with the candidate's baseline, std estimator, epsilon and
+    placement; computed in float64 from the float32 rewards, returned in the rewards' dtype."""
+    centred, divisor = advantage_parts(rewards, num_generations, config, scale_rewards)
+    return torch.nan_to_num(centred / divisor, nan=0.0).to(rewards.dtype)
 
 
 def is_trl_advantage(config: dict) -> bool:
     """True when the candidate's advantage conventions are TRL's, so reference_impl serves."""
-    keys = ("advantage_epsilon", "advantage_epsilon_placement", "std_estimator")
+    keys = ("advantage_epsilon", "advantage_epsilon_placement", "baseline", "std_estimator")
     return all(config[k] == DEFAULTS[k] for k in keys)
 
 
 def fit_epsilon(
-    rewards: torch.Tensor, num_generations: int, seen: torch.Tensor, estimator: str
+    rewards: torch.Tensor,
+    num_generations: int,
+    seen: torch.Tensor,
+    estimator: str,
+    baseline: str = "mean",
 ) -> tuple[str, float] | None:
     """The (placement, epsilon) that reproduces `seen` from group-scaled `rewards`, if one does.
 
@@ -73,11 +117,11 @@ def fit_epsilon(
     A = c / sqrt(var + eps): eps = (c / A)^2 - var. Fitted in float64 from the float32 output, so
     only epsilons above ~1e-7 of the std are resolved; smaller ones read as 0.
     """
-    grouped = rewards.double().view(-1, num_generations)
-    centred = (grouped - grouped.mean(1, keepdim=True)).reshape(-1)
-    std = group_std(grouped, estimator).expand_as(grouped).reshape(-1)
+    centred, std = group_statistics(rewards, num_generations, baseline, estimator)
+    centred, std = centred.reshape(-1), std.reshape(-1)
     seen = seen.double().reshape(-1)
     keep = (seen.abs() > 1e-3 * seen.abs().max()) & (centred.abs() > 1e-3 * centred.abs().max())
+    keep &= std > 0  # a zero leave-one-out std leaves the member undivided: nothing to fit
     if not keep.any():
         return None
     for placement, values in (

@@ -36,7 +36,7 @@ class Profile:
 
 
 def probe_advantages(candidate, profile: Profile) -> None:
-    """Fit scale_rewards, the std estimator and the epsilon (value and placement) from one call."""
+    """Fit scale_rewards, the baseline, the std estimator and the epsilon from one call."""
     import torch
 
     from checker import conventions
@@ -47,17 +47,42 @@ def probe_advantages(candidate, profile: Profile) -> None:
     # Small spreads near 0: fp32 then resolves epsilons down to ~1e-9 of a 1e-3 std.
     rewards = torch.tensor([0, 1e-3, 3e-3, 2.5e-3, 0, 2e-3, 1e-3, 4e-3, 5e-4, 1e-3, 0, 2e-3])
     seen = fn(rewards.clone(), 4).detach().double()
-    centred = rewards.double().view(-1, 4) - rewards.double().view(-1, 4).mean(1, keepdim=True)
-    if torch.allclose(seen, centred.reshape(-1), rtol=1e-4, atol=1e-9):
-        profile.set("scale_rewards", "none", "A equals r - group mean")
+    for baseline in ("mean", "leave_one_out"):
+        config = {**DEFAULTS, "baseline": baseline}
+        if torch.allclose(
+            seen, conventions.advantages(rewards, 4, config, "none").double(), rtol=1e-4, atol=1e-9
+        ):
+            profile.set("scale_rewards", "none", "A equals r - baseline")
+            _set_baseline(profile, baseline)
+            break
     else:
-        for estimator in ("bessel", "population"):
-            fitted = conventions.fit_epsilon(rewards, 4, seen, estimator)
+        _fit_scaled_advantages(rewards, seen, profile)
+    nan_in = torch.tensor([float("nan"), 0.0, 1.0, 1.0])
+    nan_out = fn(nan_in, 4).detach()
+    if torch.isnan(nan_out).any() or not torch.isfinite(nan_out).all():
+        profile.set(
+            "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
+        )
+
+
+def _set_baseline(profile: Profile, baseline: str) -> None:
+    if baseline == "leave_one_out":
+        profile.set("baseline", baseline, "r minus the mean of the other G - 1 members fits")
+
+
+def _fit_scaled_advantages(rewards, seen, profile: Profile) -> None:
+    """The baseline, std estimator and epsilon (value and placement) that reproduce `seen`."""
+    from checker import conventions
+
+    for baseline in ("mean", "leave_one_out"):
+        for estimator in ("bessel", "population", "leave_one_out"):
+            fitted = conventions.fit_epsilon(rewards, 4, seen, estimator, baseline)
             if fitted is None:
                 continue
             placement, epsilon = fitted
             epsilon = float(f"{epsilon:.1g}")
-            profile.set("std_estimator", estimator, "A = (r - mean) / f(std) fits this std")
+            _set_baseline(profile, baseline)
+            profile.set("std_estimator", estimator, "A = (r - baseline) / f(std) fits this std")
             if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
                 profile.findings.append(
                     f"advantages: epsilon {conventions.short(epsilon)} flattens every advantage (a bug)"
@@ -71,15 +96,8 @@ def probe_advantages(candidate, profile: Profile) -> None:
                     f"fitted: {conventions.epsilon_words(placement, epsilon)}",
                 )
                 profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
-            break
-        else:
-            profile.findings.append("advantages: match no (r - group mean) / (std + eps) formula")
-    nan_in = torch.tensor([float("nan"), 0.0, 1.0, 1.0])
-    nan_out = fn(nan_in, 4).detach()
-    if torch.isnan(nan_out).any() or not torch.isfinite(nan_out).all():
-        profile.set(
-            "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
-        )
+            return
+    profile.findings.append("advantages: match no (r - baseline) / (std + eps) formula")
 
 
 def probe_masking(candidate, profile: Profile) -> None:
@@ -139,9 +157,115 @@ def probe_loss(candidate, profile: Profile) -> None:
                         profile.set("empty_rows", empty_rows, "row count with one fully masked row")
                     if form == "reinforce":
                         profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
+                    else:
+                        _probe_old_ignored(fn, profile)
+                    if rule not in conventions.ROW_MEAN_RULES:
+                        _probe_empty_rows(fn, profile, form, (leaf, advantages, mask))
                     _probe_empty_batch(fn, profile)
                     return
     profile.findings.append(f"loss_aggregation: loss {value:.6g} matches no known aggregation")
+
+
+def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
+    """empty_rows through the row-mean loss types the checks also test (grpo, dr_grpo), when the
+    candidate's own aggregation has no row count to measure it by."""
+
+    from checker import conventions
+
+    if not _takes(fn, "loss_type"):
+        return
+    leaf, advantages, mask = inputs
+    a = advantages.double().unsqueeze(1).expand_as(leaf)
+    token_loss = -a * leaf.detach().double() if form == "reinforce" else -a
+    for loss_type in ("grpo", "dr_grpo"):
+        try:
+            value = float(fn(leaf.detach().clone(), advantages, mask, loss_type=loss_type))
+        except (ValueError, KeyError, NotImplementedError):
+            continue  # this loss type is not implemented: its checks skip too
+        for empty_rows in ("counted", "excluded"):
+            expected = float(
+                conventions.aggregate(token_loss, mask, loss_type, empty_rows=empty_rows)
+            )
+            if abs(value - expected) <= 1e-5 * max(1.0, abs(expected)):
+                how = f"loss_type={loss_type}'s row count with one fully masked row"
+                profile.set("empty_rows", empty_rows, how)
+                return
+
+
+def _probe_old_ignored(fn, profile: Profile) -> None:
+    """policy_loss: on_policy when old_per_token_logps changes neither the loss nor its gradient
+    (ratios 0.5 and 1.5, far outside any clip band)."""
+    import torch
+
+    if not _takes(fn, "old_per_token_logps"):
+        return
+    logps = -torch.rand(2, 4, generator=torch.Generator().manual_seed(5)) - 0.1
+    old = logps - torch.tensor([1.5, 0.5, 1.5, 0.5]).log()
+    advantages, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 4)
+    seen = []
+    for kwargs in ({}, {"old_per_token_logps": old}):
+        leaf = logps.clone().requires_grad_(True)
+        loss = fn(leaf, advantages, mask, **kwargs)
+        (grad,) = torch.autograd.grad(loss, leaf)
+        seen.append((loss.detach(), grad))
+    if torch.allclose(seen[0][0], seen[1][0]) and torch.allclose(seen[0][1], seen[1][1]):
+        profile.set("policy_loss", "on_policy", "old_per_token_logps changes nothing")
+        profile.findings.append(
+            "ratio: compute_loss ignores old_per_token_logps (its ratio is exp(logp - sg(logp))):"
+            " exact at one update per generation, but a second update on the same completions has"
+            " no trust region (a latent limitation)"
+        )
+
+
+def probe_kl_loss(candidate, profile: Profile) -> None:
+    """use_bias_correction_kl from the on-policy KL gradient (A = 0, ref - logp = 0.4: beta *
+    (1 - e^d), plus beta * k3 when corrected), then kl_weight from the value at ratio 1.5."""
+    import math
+
+    import torch
+
+    from checker import conventions
+
+    fn = candidate.functions.get("compute_loss")
+    if fn is None or not (_takes(fn, "beta") and _takes(fn, "ref_per_token_logps")):
+        return
+    estimator = profile.conventions.get("kl_estimator", "k3")
+    beta, d = 0.1, 0.4
+    logps = -torch.rand(3, 5, generator=torch.Generator().manual_seed(6)) - 0.1
+    mask = torch.ones(3, 5)
+
+    def loss_and_grad(advantage: float, **kwargs):
+        leaf = logps.clone().requires_grad_(True)
+        loss = fn(leaf, torch.full((3,), advantage), mask, **kwargs)
+        (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+        return float(loss), torch.zeros_like(leaf) if grad is None else grad.double()
+
+    norm, weights = loss_and_grad(-1.0)
+    value, grad = loss_and_grad(0.0, beta=beta, ref_per_token_logps=logps + d)
+    if value == 0.0 and not grad.any():
+        return  # no KL term in the loss (kl_placement: reward, or beta ignored)
+    per_weight = grad / weights
+    plain = beta * float(conventions.kl_gradient(d, estimator))
+    corrected = plain + beta * float(conventions.kl_value(d, estimator))
+    if torch.allclose(per_weight, torch.full_like(per_weight, plain), rtol=1e-4):
+        profile.set("use_bias_correction_kl", False, "on-policy KL gradient is beta * dk/dlogp")
+        return
+    if not torch.allclose(per_weight, torch.full_like(per_weight, corrected), rtol=1e-4):
+        profile.findings.append(
+            f"kl: the on-policy KL gradient per unit weight is {float(per_weight.mean()):.4g},"
+            f" neither {plain:.4g} (uncorrected) nor {corrected:.4g} (bias-corrected {estimator})"
+        )
+        return
+    profile.set("use_bias_correction_kl", True, "on-policy KL gradient gains beta * k")
+    clipped = profile.conventions.get("policy_loss", "clipped") == "clipped"
+    if not (clipped and _takes(fn, "old_per_token_logps")):
+        return
+    r, k = 1.5, float(conventions.kl_value(d, estimator))
+    shifted, _ = loss_and_grad(
+        0.0, beta=beta, ref_per_token_logps=logps + d, old_per_token_logps=logps - math.log(r)
+    )
+    if abs(shifted / norm - beta * k) <= 1e-4 * beta * k:
+        profile.set("kl_weight", "on_policy", "off policy the KL value is not ratio-weighted")
 
 
 def _probe_empty_batch(fn, profile: Profile) -> None:
@@ -161,7 +285,7 @@ def probe_clipping(candidate, profile: Profile) -> None:
     import torch
 
     fn = candidate.functions.get("compute_loss")
-    if fn is None or profile.conventions.get("policy_loss") == "reinforce":
+    if fn is None or profile.conventions.get("policy_loss") in ("reinforce", "on_policy"):
         return
     parameters = inspect.signature(fn).parameters
     if "old_per_token_logps" not in parameters:
@@ -188,6 +312,17 @@ def probe_clipping(candidate, profile: Profile) -> None:
 
 def _takes_kwargs(parameters) -> bool:
     return any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def _takes(fn, keyword: str) -> bool:
+    """Whether `fn` accepts `keyword` (a signature it hides is taken to accept it)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return keyword in parameters or _takes_kwargs(parameters)
 
 
 def probe_kl(candidate, profile: Profile) -> None:
@@ -287,8 +422,11 @@ PROBES = (
     probe_loss,
     probe_clipping,
     probe_kl,
+    probe_kl_loss,
     probe_update,
 )
+# A probe's findings and errors are reported under the stage it measures.
+PROBE_STAGES = {"loss": "loss_aggregation", "kl_loss": "kl"}
 
 
 def measure(candidate) -> Profile:
@@ -299,8 +437,9 @@ def measure(candidate) -> Profile:
             probe(candidate, profile)
         except Exception as error:  # noqa: BLE001 - the candidate may raise anything
             text = " ".join(str(error).split())[:150]
+            name = probe.__name__.removeprefix("probe_")
             profile.findings.append(
-                f"{probe.__name__[6:]}: the candidate raised {type(error).__name__}: {text}"
+                f"{PROBE_STAGES.get(name, name)}: the candidate raised {type(error).__name__}: {text}"
             )
     return profile
 
@@ -375,10 +514,32 @@ def yaml_text(spec, profile: Profile, write_path: Path) -> str:
     config = {**spec.config, **declared(profile)}
     if config:
         document["config"] = config
+    if profile.findings:
+        document["findings"] = list(profile.findings)
     header = (
         "# Measured by `grpo-check profile`; review, commit, then run `grpo-check <this file>`.\n"
+        "# Each of `findings` is reported as a failure by `grpo-check <this file>` until you fix\n"
+        "# it and remove it here.\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False)
+
+
+def finding_results(spec, stages: tuple[str, ...] = ()) -> list:
+    """The YAML's `findings:` as failing results, one per finding, under the stage it names: a
+    limitation profile measured stays in the report until the user removes it from the file."""
+    from checker.checks import CheckResult
+    from reference_impl.protocol import STAGES
+
+    results = []
+    for finding in spec.findings:
+        prefix = finding.split(":", 1)[0].strip()
+        stage = prefix if prefix in STAGES else "rewards"
+        if stages and stage not in stages:
+            continue
+        message = f"profile finding kept in {spec.target}: {finding}"
+        order = STAGES.index(stage) * 1000 + 999
+        results.append(CheckResult(f"{stage}.profile_finding", stage, "fail", message, order=order))
+    return results
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from checker.candidate import CandidateSpec, TargetError, load_candidate
-from checker.checks import Check, CheckResult, all_checks, run_one
+from checker.checks import Check, CheckResult, all_checks
+from checker.runner import run_one
 from reference_impl.protocol import STAGES
 
 STARTUP_TIMEOUT = 180.0  # importing torch + transformers + the candidate on a busy machine

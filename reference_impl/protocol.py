@@ -82,9 +82,15 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 # Where the advantage epsilon goes: added to the std (TRL, verl), or inside the square root
 # (r - mean) / sqrt(var + eps).
 ADVANTAGE_EPSILON_PLACEMENTS = ("std", "sqrt")
-# The std estimator of the group statistics: Bessel-corrected (n - 1, `torch.std`, TRL and verl)
-# or population (n, `np.std`); the two differ by exactly sqrt((G - 1) / G).
-STD_ESTIMATORS = ("bessel", "population")
+# The baseline subtracted from a reward: the mean of its whole group (TRL, verl), or the mean of
+# the G - 1 other members (leave-one-out, RLOO arXiv:2402.14740; NeMo-RL's default), which is
+# exactly G / (G - 1) times the centred reward.
+ADVANTAGE_BASELINES = ("mean", "leave_one_out")
+# The std estimator of the group statistics: Bessel-corrected (n - 1, `torch.std`, TRL and verl),
+# population (n, `np.std`; the two differ by exactly sqrt((G - 1) / G)), or leave-one-out: the
+# Bessel std of the G - 1 other members (NeMo-RL), 0 when they are all equal, and then the centred
+# reward is not divided (NeMo-RL: "don't sharpen the ones with no variation").
+STD_ESTIMATORS = ("bessel", "population", "leave_one_out")
 # NaN rewards (a reward function that returned None): left out of the statistics (TRL 1.6+), a
 # row with no reward counted as 0 (TRL before 1.6), or never produced because failed scores
 # become 0 upstream (verl, most from-scratch trainers).
@@ -117,11 +123,17 @@ KL_ESTIMATORS = ("k3", "k1", "k2", "mse", "low_var_kl", "abs")
 KL_PLACEMENTS = ("loss", "reward")
 # The policy-gradient term: PPO's clipped surrogate with an importance ratio (TRL; cispo and
 # sapo are loss types, GSPO is importance_sampling_level="sequence", verl's dual-clip
-# `clip_ratio_c` is `delta`), or the REINFORCE form -A * logp with no ratio, whose gradient on
-# policy equals the surrogate's while its value does not.
-POLICY_LOSSES = ("clipped", "reinforce")
+# `clip_ratio_c` is `delta`), the REINFORCE form -A * logp with no ratio, whose gradient on
+# policy equals the surrogate's while its value does not, or on-policy only:
+# -A * exp(logp - sg(logp)), old log-probs and epsilon unused (torchtune's GRPOSimpleLoss), equal
+# to the surrogate in value and gradient at one update per generation, with no trust region after.
+POLICY_LOSSES = ("clipped", "reinforce", "on_policy")
 # Whether the clip range can be asymmetric (epsilon_high != epsilon_low) or is one epsilon only.
 CLIPPING_FORMS = ("asymmetric", "symmetric")
+# What the bias-corrected KL (`use_bias_correction_kl`) is multiplied by: the unclipped ratio
+# exp(logp - old) (TRL gt:L3104), or exp(logp - sg(logp)), 1 in value with the ratio's gradient
+# (NeMo-RL's calculate_kl importance weight by default): the same on policy, unweighted values off it.
+KL_WEIGHTS = ("ratio", "on_policy")
 # When the training loop clears gradients: before backward (TRL, via the HF Trainer), or after
 # optimizer.step() (many from-scratch loops; equivalent when the loop starts from .grad = None).
 ZERO_GRAD_PLACEMENTS = ("before_backward", "after_step")
@@ -160,6 +172,7 @@ DEFAULTS: dict[str, object] = {
     # Added to the std before dividing (gt:L2795); verl uses 1e-6, small loops 1e-8.
     "advantage_epsilon": 1e-4,
     "advantage_epsilon_placement": "std",
+    "baseline": "mean",
     "std_estimator": "bessel",
     "nan_rewards": "excluded",
     "empty_rows": "counted",
@@ -170,6 +183,7 @@ DEFAULTS: dict[str, object] = {
     "loss_scale_factor": None,
     "kl_estimator": "k3",
     "kl_placement": "loss",
+    "kl_weight": "ratio",
     "policy_loss": "clipped",
     "clipping": "asymmetric",
     "zero_grad": "before_backward",
@@ -181,6 +195,7 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
     "advantage_epsilon_placement": ADVANTAGE_EPSILON_PLACEMENTS,
+    "baseline": ADVANTAGE_BASELINES,
     "std_estimator": STD_ESTIMATORS,
     "nan_rewards": NAN_REWARD_POLICIES,
     "empty_rows": EMPTY_ROW_POLICIES,
@@ -188,6 +203,7 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "loss_agg_mode": (None, *LOSS_AGG_MODES),
     "kl_estimator": KL_ESTIMATORS,
     "kl_placement": KL_PLACEMENTS,
+    "kl_weight": KL_WEIGHTS,
     "policy_loss": POLICY_LOSSES,
     "clipping": CLIPPING_FORMS,
     "zero_grad": ZERO_GRAD_PLACEMENTS,

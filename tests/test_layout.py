@@ -71,6 +71,91 @@ def test_the_import_rule_sees_a_forbidden_import(tmp_path, monkeypatch):
     assert violations("checker") == ["checker/leak.py imports task_harness.runner"]
 
 
+def module_name(root: Path, path: Path) -> str:
+    """`checker/checks/__init__.py` -> `checker.checks`; `checker/report.py` -> `checker.report`."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_edges(root: Path, product: str) -> dict[str, set[str]]:
+    """Module -> the product's modules it imports, at any depth of the file (a function-level
+    import closes a circle as surely as a top-level one). `from a import b` is an edge to the
+    module `a.b` when it exists, else to `a`; relative imports are resolved."""
+    paths = sorted((root / product).rglob("*.py"))
+    modules = {module_name(root, path): path for path in paths}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in node.names:
+                    targets.add(
+                        f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    )
+        edges[name] = {t for t in targets if t in modules and t != name}
+    return edges
+
+
+def import_circles(root: Path, product: str) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), each sorted."""
+    edges = import_edges(root, product)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(edges[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_no_import_circles(product):
+    assert import_circles(REPO, product) == []
+
+
+def test_the_circle_rule_sees_a_circle_through_a_function_level_import(tmp_path):
+    """The circle check is not vacuous: the registry -> context -> registry circle that a
+    function-level import in checks/__init__.py once closed is reported."""
+    checks = tmp_path / "checker" / "checks"
+    checks.mkdir(parents=True)
+    (tmp_path / "checker" / "__init__.py").write_text("")
+    (tmp_path / "checker" / "report.py").write_text("from checker.checks import CheckResult\n")
+    (checks / "__init__.py").write_text(
+        "def run_one():\n    from checker.checks.context import Context\n"
+    )
+    (checks / "context.py").write_text("from ..report import short\n")
+    circles = import_circles(tmp_path, "checker")
+    assert circles == [["checker.checks", "checker.checks.context", "checker.report"]]
+
+
 # ---------------------------------------------------------------------------------------------
 # The wheels, installed apart from the checkout
 

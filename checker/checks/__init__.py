@@ -1,4 +1,4 @@
-"""The check registry and the loop that runs checks against a loaded candidate.
+"""The check registry: what a check is, how it reports, and every registered check in order.
 
 A check is one small function `def name(ctx) -> None` with a docstring stating the rule. It passes
 by returning, fails by raising `CheckFailure` (expected, seen, likely cause), and is skipped by
@@ -12,7 +12,6 @@ make it fail too. The diagnosis (checker.diagnosis) uses that to name the root s
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -112,61 +111,3 @@ def all_checks(stages: tuple[str, ...] | list[str] = ()) -> list[Check]:
     names = list(REGISTRY)
     ordered = sorted(chosen, key=lambda c: (rank[c.stage], names.index(c.name)))
     return [replace(c, order=rank[c.stage] * 1000 + names.index(c.name)) for c in ordered]
-
-
-def run_one(chk: Check, candidate, seed: int) -> CheckResult:
-    """Run one check in this process and turn its outcome into a CheckResult."""
-    from checker.checks.context import Context
-
-    started = time.perf_counter()
-    missing = [name for name in chk.needs if name not in candidate.functions]
-    depends_on = chk.depends_on + tuple(
-        sorted(candidate_dependencies(chk, candidate) - {chk.stage, *chk.depends_on})
-    )
-    result = CheckResult(chk.name, chk.stage, "pass", depends_on=depends_on, order=chk.order)
-    location_function = chk.needs[0] if chk.needs else None
-    if missing:
-        result.status = "skip"
-        result.message = f"the candidate does not provide {', '.join(missing)}"
-    else:
-        ctx = Context(candidate, seed, chk.name)
-        try:
-            chk.run(ctx)
-            result.message = chk.rule
-        except Skip as skip:
-            result.status, result.message = "skip", str(skip)
-        except CheckFailure as failure:
-            result.status, result.message = "fail", failure.line()
-            location_function = failure.function or ctx.last_function or location_function
-        except CandidateError as error:
-            result.status, result.message = "error", str(error)
-            location_function = error.function or ctx.last_function or location_function
-        except (Exception, SystemExit) as error:  # noqa: BLE001 - the candidate may raise anything
-            result.status = "error"
-            result.message = _one_line(f"{type(error).__name__}: {error}")
-            location_function = ctx.last_function or location_function
-    if location_function:
-        result.location = candidate.locations.get(location_function)
-    result.seconds = time.perf_counter() - started
-    return result
-
-
-def candidate_dependencies(chk: Check, candidate) -> set[str]:
-    """Stages that the candidate's functions used by `chk` also compute.
-
-    A candidate function may run more of the pipeline than its protocol stage: the TRL adapter's
-    `compute_loss` is TRL's `_compute_loss`, and a function candidate's may call its own KL
-    helper. Such a function lists those stages in a `grpo_check_depends_on` attribute, so that a
-    bug in one of them, seen through this check, is diagnosed as a knock-on effect.
-    """
-    return {
-        stage
-        for name in chk.needs
-        for stage in getattr(candidate.functions.get(name), "grpo_check_depends_on", ())
-        if stage in STAGES
-    }
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,7 +3,8 @@
 Rule (TRL 1.16 gt:L3101-3105): with d = ref - logp, k3 = exp(d) - d - 1 >= 0,
 0 with zero gradient when logp = ref (the reverse KL(pi_theta || pi_ref)); in the loss
 `+ beta * k3` per token before aggregation, times the UNCLIPPED ratio r when
-`use_bias_correction_kl`. Inside the loss it is probed with A = 0 (the policy term vanishes) and a
+`use_bias_correction_kl` (or by exp(logp - sg(logp)), 1 in value, under `kl_weight: on_policy`,
+NeMo-RL's default). Inside the loss it is probed with A = 0 (the policy term vanishes) and a
 constant d on every token, divided by the loss of A = -1 (the normaliser cancels). A candidate
 declaring another `kl_estimator` (k1, k2/mse, low_var_kl, abs: verl's `kl_penalty`) is compared with
 that estimator's value and gradient; `kl_placement: reward` has no KL term in the loss to check.
@@ -22,6 +23,11 @@ from checker.checks.context import Context, assert_close, fmt
 from reference_impl.protocol import KL_ESTIMATORS
 
 BETA = 0.1
+NO_RATIO = {
+    "reinforce": "the REINFORCE form has no ratio",
+    "on_policy": "old log-probs are unused: the ratio is exp(logp - sg(logp))",
+    "clipped": "",
+}
 
 
 def _k3(d: torch.Tensor | float) -> torch.Tensor:
@@ -220,12 +226,13 @@ def loss_kl_gradient(ctx: Context) -> None:
 
 @check("kl", "compute_loss", depends_on=("ratio",))
 def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
-    """With use_bias_correction_kl and r = 1.5 or 0.6 (outside the band), the KL term is beta * k3 * r with the UNCLIPPED r."""
+    """With use_bias_correction_kl and r = 1.5 or 0.6 (outside the band), the KL term is beta * k3 * r with the UNCLIPPED r (beta * k3 under kl_weight: on_policy, whose weight is 1 in value)."""
     _skip_unless_in_loss(ctx)
-    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio")
+    ctx.skip_unless("policy_loss", "clipped", why=NO_RATIO[ctx.config["policy_loss"]])
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)
+    on_policy_weight = ctx.config["kl_weight"] == "on_policy"
     for r in (1.5, 0.6):
         value, _ = loss_and_grad(
             ctx,
@@ -245,20 +252,24 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
         k3 = float(_estimate(ctx, 0.4))
         seen = (value / norm).reshape(1)
         clipped = min(max(r, 0.8), 1.2)
+        causes = {
+            "the bias correction uses the clipped ratio; TRL multiplies by the unclipped r (gt:L3104)": BETA
+            * k3
+            * clipped,
+            "the KL is multiplied by the ratio exp(logp - old); declared kl_weight: on_policy"
+            if on_policy_weight
+            else "the KL value is not multiplied by the ratio: bias correction off, or weighted by"
+            " exp(logp - sg(logp)) (declare kl_weight: on_policy if intended)": BETA
+            * k3
+            * (r if on_policy_weight else 1.0),
+        }
         assert_close(
             seen,
-            torch.tensor([BETA * k3 * r], dtype=torch.float64),
+            torch.tensor([BETA * k3 * (1.0 if on_policy_weight else r)], dtype=torch.float64),
             atol=1e-7,
             rtol=1e-4,
             what=f"KL per unit weight at r = {r}",
-            causes={
-                "the bias correction uses the clipped ratio; TRL multiplies by the unclipped r (gt:L3104)": torch.tensor(
-                    [BETA * k3 * clipped], dtype=torch.float64
-                ),
-                "the KL is not multiplied by the ratio (bias correction off)": torch.tensor(
-                    [BETA * k3], dtype=torch.float64
-                ),
-            },
+            causes={c: torch.tensor([v], dtype=torch.float64) for c, v in causes.items()},
         )
 
 
