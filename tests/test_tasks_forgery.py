@@ -71,8 +71,15 @@ def _install():
     plain = sys.modules.get("plain")
     if plain is None or getattr(plain, "_forged", False):
         return
-    dump = plain.dump
-    plain.dump = lambda value, path: dump(_forge(value), path)
+    encode, first = plain.encode, [True]
+
+    def forged(value):  # the first call is the whole set; the rest are its parts
+        if first[0]:
+            first[0] = False
+            value = _forge(value)
+        return encode(value)
+
+    plain.encode = forged
     plain._forged = True
 
 _install()
