@@ -94,9 +94,10 @@ globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")
 """
 
 # The process holding an unshare's namespace, killed alone, must take the daemon with it.
+# (the marker is assembled by the shell, so that only the daemon's command line holds it)
 DAEMON = (
-    f"setsid python -c 'import time; time.sleep(120)' {MARKER} < /dev/null > /dev/null 2>&1 & "
-    "sleep 60"
+    f"M={MARKER[:8]}; setsid python3 -c 'import time; time.sleep(120)' \"${{M}}{MARKER[8:]}\" "
+    "< /dev/null > /dev/null 2>&1 & sleep 60"
 )
 
 
@@ -227,6 +228,20 @@ def test_two_views_at_once_cannot_reach_each_other_or_the_host(tmp_path):
         assert lines[0] == "listening", done.stderr  # its own loopback serves
         assert lines.count("reached") == 1, done.stdout  # its own server, nothing else
         assert lines.count("unreachable") == 1, done.stdout
+        # --network host: the weaker option reaches the host's loopback
+        base = tmp_path / "c"
+        folders = [base / f for f in ("ws", "home", "tmp")]
+        jail.prepare(*folders)
+        (base / "view").mkdir()
+        shared = jail.command(
+            ["python3", "-c", REACH.format(port=port + 1)],
+            base / "view",
+            jail.view(*folders, None),
+            dict(jail.BASE_ENV),
+            network=True,
+        )
+        reached = subprocess.run(shared, capture_output=True, text=True, timeout=60)
+        assert reached.stdout.split() == ["reached"], reached.stderr
     finally:
         for process in (server, host):
             process.kill()
