@@ -146,15 +146,16 @@ def test_a_standard_library_module_in_the_workspace_scores_zero(trio):
 
 
 def test_the_child_starts_as_the_training_script_with_the_workspace_after_the_stdlib(tmp_path):
-    """The child's command line is the training run's (`python train.py`), and a workspace
-    module named like a standard-library one is not what the child imports."""
+    """The child's command line is the training run's (`python train.py`), a workspace module
+    named like a standard-library one is not what the child imports, and the child is not its
+    namespace's PID 1 (the holder is)."""
     workspace = tmp_path / "workspace"
     (workspace / "rlzero").mkdir(parents=True)
     seen = (
-        "import sys\n"
+        "import os, sys\n"
         "line = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
         "json = getattr(sys.modules.get('json'), '__file__', '')\n"
-        "raise SystemExit('SEEN ' + repr([line, json]))\n"
+        "raise SystemExit('SEEN ' + repr([line, json, os.getpid()]))\n"
     )
     (workspace / "rlzero" / "__init__.py").write_text(seen)
     (workspace / "train.py").write_text("import rlzero\n")
@@ -164,15 +165,16 @@ def test_the_child_starts_as_the_training_script_with_the_workspace_after_the_st
     children = verify.Children(workspace, scratch, "reference", "rlzero")
     observed, cause = children.observe({"stages": ["masking"], "probes": []})
     assert observed is None
-    probe_line, probe_json = eval(cause.split("SEEN ", 1)[1])  # noqa: S307 (our own repr)
+    probe_line, probe_json, probe_pid = eval(cause.split("SEEN ", 1)[1])  # noqa: S307 (our own repr)
     training, _ = children.start(
         ["python", "train.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     _, err = training.communicate(timeout=120)
     children.stop(training)
-    train_line, _ = eval(err.strip().splitlines()[-1].split("SEEN ", 1)[1])  # noqa: S307
+    train_line, _, _ = eval(err.strip().splitlines()[-1].split("SEEN ", 1)[1])  # noqa: S307
     assert probe_line == train_line == [b"python", b"train.py", b""]
     assert not probe_json.startswith("/app"), probe_json
+    assert probe_pid != 1  # the namespace's holder is PID 1, out of the code's reach
 
 
 def _view(tmp_path: Path, name: str, argv: list[str]) -> list[str]:

@@ -132,3 +132,34 @@ def test_a_defaults_rule_reads_json_or_a_bare_string():
     assert trl_judge.judge(seen, "defaults.beta=0.0")
     assert trl_judge.judge(seen, "defaults.mask_truncated_completions=1")
     assert trl_judge.judge(seen, "defaults.kl_clamp=10.0")  # a field upstream lacks
+
+
+def test_a_report_on_inputs_other_than_the_verifiers_fails():
+    """Degenerate inputs that any rule computed from the child's own report would agree with
+    (equal rewards and zero advantages, zero advantages with a zero loss) fail: the rules judge
+    from the verifier's inputs and first check that the child reports them."""
+    rows = trl_judge.ROWS
+    seen = {
+        f"advantages.{scale}": (torch.ones(rows, 1), torch.zeros(rows))
+        for scale in ("group", "batch", "none")
+    }
+    problems = trl_judge.judge(seen, "advantages")
+    assert len(problems) == 3 and all("the reward functions returned" in p for p in problems)
+    given = trl_judge.loss_inputs()
+    case = {
+        "loss": torch.tensor(0.0),
+        "grad": torch.zeros(rows, trl_judge.COMPLETION_LENGTH),
+        "logps": -torch.rand(rows, trl_judge.COMPLETION_LENGTH),
+        "mask": given["mask"],
+        "advantages": torch.zeros(rows),
+        "old": None,
+        "ref": None,
+        "num_items_in_batch": None,
+    }
+    seen = {name: dict(case) for name in trl_judge.LOSS_CASES}
+    problems = trl_judge.judge(seen, "loss_aggregation")
+    assert len(problems) == 4
+    assert all("the advantages the loss was given are not the verifier's" in p for p in problems)
+    seen = {name: dict(case, advantages=given["advantages"]) for name in trl_judge.LOSS_CASES}
+    problems = trl_judge.judge(seen, "loss_aggregation")  # the verifier's inputs: 0 is wrong
+    assert len(problems) == 4 and all(" loss: expected " in p for p in problems), problems

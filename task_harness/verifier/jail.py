@@ -34,7 +34,7 @@ UID = GID = 65534  # nobody / nogroup
 WORKSPACE = "/app"  # where the workspace appears, as in the Harbor image
 HOME = "/home/agent"
 PYTHON_ENV = "/opt/venv"  # the agent's Python environment, read-only
-TOOLS = ("unshare", "chroot", "setpriv", "mount", "ip")
+TOOLS = ("unshare", "chroot", "setpriv", "mount")
 SYSTEM = ("/usr", "/etc")
 DEVICES = ("null", "zero", "random", "urandom", "full", "tty")
 BASE_ENV = {
@@ -129,8 +129,9 @@ def _setup_script(root: Path, mounts: list[Mount]) -> str:
         f'for d in {" ".join(DEVICES)}; do [ -e "/dev/$d" ] || continue; '
         'touch "$R/dev/$d"; mount -o bind "/dev/$d" "$R/dev/$d"; done',
         'mount -o remount,bind,ro "$R"',
-        # a new network namespace has only a loopback, down; one the host never sees
-        "ip link set lo up",
+        # a new network namespace has only a loopback, down, that the host never sees; iproute2
+        # brings it up where installed (without it the view has no network at all)
+        "if command -v ip > /dev/null; then ip link set lo up; fi",
     ]
     return "\n".join(lines)
 
