@@ -265,7 +265,10 @@ def test_two_trials_at_once_cannot_reach_each_other(tmp_path):
     results = {}
 
     def trial(name: str, agent: str) -> None:
-        results[name] = run_trial(built, agent, timeout=120, keep=kept[name])
+        try:
+            results[name] = run_trial(built, agent, timeout=120, keep=kept[name])
+        except Exception as error:  # reported below, not lost in the thread
+            results[name] = error
 
     threads = [
         threading.Thread(target=trial, args=("served", serve)),
@@ -275,6 +278,7 @@ def test_two_trials_at_once_cannot_reach_each_other(tmp_path):
         thread.start()
     for thread in threads:
         thread.join()
+    assert not [r for r in results.values() if isinstance(r, Exception)], results
     (served,) = kept["served"].iterdir()
     (reached,) = kept["reached"].iterdir()
     assert "listening" in (served / "agent" / "home" / "served.txt").read_text()
