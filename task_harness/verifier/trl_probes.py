@@ -1,8 +1,8 @@
 """What a patched TRL `GRPOTrainer` computes: the `trl` family's child side.
 
 The verifier runs this file in a child process (as `session.py`, called by the job's script;
-`Children.observe` in `verify.py`). It imports the workspace's TRL, builds small GRPOTrainers on the tiny local model
-and records what they compute (advantages, completion masks, log-probs, losses with their
+`Children.observe` in `verify.py`). It imports the workspace's TRL, builds small GRPOTrainers on
+the tiny local model and records what they compute (advantages, completion masks, log-probs, losses with their
 gradients, what the reward functions were given, the reference model after training), together
 with the inputs each computation was given. It holds no rule and no expected value: the job, made
 in the verifier's own process by `trl_judge.py`, names what to observe and carries every input a
