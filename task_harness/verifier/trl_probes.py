@@ -2,9 +2,9 @@
 
 The verifier runs this file in a child process (as `session.py`, called by the job's script;
 `Children.observe` in `verify.py`). It imports the workspace's TRL, builds small GRPOTrainers on
-the tiny local model and records what they compute (advantages, completion masks, log-probs, losses with their
-gradients, what the reward functions were given, the reference model after training), together
-with the inputs each computation was given. It holds no rule and no expected value: the job, made
+the tiny local model and records what they compute (advantages, completion masks, log-probs,
+losses with their gradients, what the reward functions were given, the reference model after
+training), together with the inputs each computation was given. It holds no rule and no expected value: the job, made
 in the verifier's own process by `trl_judge.py`, names what to observe and carries every input a
 judgement depends on (the reward functions' values, the texts to decode, the loss cases'
 settings, advantages, masks and log-prob offsets, the reference model's probe ids), and the
