@@ -35,6 +35,7 @@ VERIFIER_FILES = (
     "ref_probes.py",
     "rlzero_probes.py",
     "trl_probes.py",
+    "trl_judge.py",
 )
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {

@@ -204,9 +204,18 @@ def symptoms_command(task_ids, lines: int | None, tasks_dir: Path) -> None:
     help="A folder of the agent's own (its tools, a scripted agent's payload), shown read-only"
     " at /opt/agent; nothing else outside the workspace is visible to the agent.",
 )
+@click.option(
+    "--network",
+    type=click.Choice(["none", "host"]),
+    default="none",
+    show_default=True,
+    help="none: the agent's view has a loopback of its own and no other network. host: the"
+    " host's network, for an agent that calls its model's API from inside the view; weaker, as"
+    " it can reach the host's services and other trials' loopback servers.",
+)
 @tasks_dir_option
 def run_command(
-    task_ids, agent, skill, out, timeout, trials, resume, pass_env, agent_files, tasks_dir
+    task_ids, agent, skill, out, timeout, trials, resume, pass_env, agent_files, network, tasks_dir
 ) -> None:
     """Run AGENT on tasks; one JSON line per trial in OUT/results.jsonl as each trial ends."""
     from task_harness.build import build_task
@@ -235,6 +244,7 @@ def run_command(
                         keep=out / "trials",
                         pass_env=pass_env,
                         agent_files=agent_files,
+                        host_network=network == "host",
                     )
                 except IsolationUnavailable as error:
                     raise click.ClickException(str(error)) from None

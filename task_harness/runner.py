@@ -5,8 +5,11 @@ unprivileged user nobody): it sees the task's workspace at /app, its own home an
 system's /usr and /etc, and a read-only Python environment built for its condition
 (`agent_env.py`: torch, transformers, TRL, datasets; grpo-skill and `grpo-check` only with
 --skill). It sees no build folder, no repository, no task spec, no other trial, and none of the
-runner's environment variables. When it exits or reaches its time limit, its PID namespace ends
-and every process it started dies with it. The verifier's files (`tests/`) are copied in only
+runner's environment variables, and no network but a loopback of its own (network namespace), so
+trials run at once cannot reach each other; `host_network` (`tasks run --network host`) gives it
+the host's network instead, for an agent that calls its model's API from inside the view. When it
+exits or reaches its time limit, its PID namespace ends and every process it started dies with
+it. The verifier's files (`tests/`) are copied in only
 after that, beside the workspace, and it runs in the runner's own Python environment, which the
 agent never saw; both environments are digested before and after the agent.
 Each result is appended to `results.jsonl` as soon as the trial ends.
@@ -81,6 +84,7 @@ class AgentView:
     root: Path  # the trial's agent folder: workspace, home, tmp, view
     python_env: Path
     agent_files: Path | None = None  # the agent's own files, read-only at /opt/agent
+    host_network: bool = False  # the host's network instead of a private loopback
 
     @property
     def workspace(self) -> Path:
@@ -93,7 +97,9 @@ class AgentView:
         mounts = jail.view(
             self.workspace, self.root / "home", self.root / "tmp", self.python_env, extra
         )
-        return jail.command(["sh", "-c", rendered], self.root / "view", mounts, env)
+        return jail.command(
+            ["sh", "-c", rendered], self.root / "view", mounts, env, network=self.host_network
+        )
 
 
 def run_agent(
@@ -140,13 +146,18 @@ def install_skill_into(workspace: Path) -> None:
 
 
 def prepare_view(
-    root: Path, built: Path, skill: bool, python_env: Path, agent_files: Path | None
+    root: Path,
+    built: Path,
+    skill: bool,
+    python_env: Path,
+    agent_files: Path | None,
+    host_network: bool = False,
 ) -> AgentView:
     """The agent's folders: the workspace (with the skill for --skill), home with the
     instruction, tmp, and a copy of its own files."""
     if agent_files is not None:
         agent_files = readable_copy(agent_files, root / "agent-files")
-    view = AgentView(root, python_env, agent_files)
+    view = AgentView(root, python_env, agent_files, host_network)
     shutil.copytree(built / "environment" / "workspace", view.workspace)
     if skill:
         install_skill_into(view.workspace)
@@ -179,6 +190,7 @@ def run_trial(
     guarded: dict[str, Path] | None = None,
     pass_env: tuple[str, ...] = (),
     agent_files: Path | None = None,
+    host_network: bool = False,
 ) -> TrialResult:
     """One trial of the built task folder `built` (Harbor layout) with `agent`.
 
@@ -186,7 +198,8 @@ def run_trial(
     checker, reference_impl, the skill installer, the harness and the skill as installed here;
     tests point it elsewhere). `pass_env` names environment variables the agent gets (an API
     key); it gets no other of the runner's. `agent_files`, a folder of the agent's own (tools, a
-    scripted agent's payload), is shown read-only at /opt/agent."""
+    scripted agent's payload), is shown read-only at /opt/agent. `host_network` gives the agent
+    the host's network in place of a loopback of its own (weaker: see `tasks run --network`)."""
     task_id = built.name
     condition = "skill" if skill else "no-skill"
     started = time.perf_counter()
@@ -199,7 +212,7 @@ def run_trial(
     python_env = agent_env(condition, task["family"], task.get("fork_version"))
     with tempfile.TemporaryDirectory(prefix=f"grpo-trial-{task_id}-") as scratch:
         root = Path(scratch)
-        view = prepare_view(root / "agent", built, skill, python_env, agent_files)
+        view = prepare_view(root / "agent", built, skill, python_env, agent_files, host_network)
         workspace = view.workspace
         # Only an outside agent is watched: oracle and nop are ours, and guarding them would turn
         # a colleague's edit of checker/ during a long verify into a false "tampered".

@@ -81,7 +81,7 @@ class Bug:
     weight: float
     kind: str = "bug"  # "bug" or "decoy"
     guards: str = ""  # decoy only: the bug whose fix must keep this behaviour
-    # decoy: the observations that show the behaviour; trl bug: the rules (trl_probes.JUDGES) that
+    # decoy: the observations that show the behaviour; trl bug: the rules (trl_judge.JUDGES) that
     # judge it instead of its stage's upstream check, i.e. the fork's intended semantics
     probes: tuple[str, ...] = ()
     # bug only: the condition of the task's run under which the bug shows and without which the

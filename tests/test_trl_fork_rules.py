@@ -1,4 +1,4 @@
-"""The trl tasks' fork rules (`trl_probes.py`): each one a bug or decoy of a trl task is judged by
+"""The trl tasks' fork rules (`trl_judge.py`): each one a bug or decoy of a trl task is judged by
 passes on the task's intended fork and fails on upstream TRL, so restoring upstream files loses it.
 
 For every trl task, the rules its task.toml names are observed in a child on two workspaces: the
@@ -26,12 +26,12 @@ VERIFIER = Path(__file__).resolve().parents[1] / "task_harness" / "verifier"
 sys.path.insert(0, str(VERIFIER))
 
 import plain  # noqa: E402
-import trl_probes  # noqa: E402
+import trl_judge  # noqa: E402
 
 # The forks of the TRL installed here (a task on an older release is judged by its conventions)
 TRL_SPECS = [s for s in load_tasks() if s.family == "trl" and s.trl_version is None]
-UPSTREAM_STAGE_RULES = set(trl_probes.JUDGES) - {
-    name for name in trl_probes.JUDGES if "." in name or name == "decode_reasoning"
+UPSTREAM_STAGE_RULES = set(trl_judge.JUDGES) - {
+    name for name in trl_judge.JUDGES if "." in name or name == "decode_reasoning"
 }
 
 
@@ -43,9 +43,9 @@ def _fork_rules(spec) -> list[str]:
 
 def _observe(workspace: Path, tests: Path, rules: list[str], conventions: dict) -> dict:
     out = workspace.parent / f"{workspace.name}-seen.json"
-    job = json.dumps({"stages": [], "rules": rules, "conventions": conventions, "out": str(out)})
+    job = json.dumps(trl_judge.make_job([], rules, conventions) | {"out": str(out)})
     code = (
-        f"import json, sys; sys.path.insert(0, {str(tests)!r}); import trl_probes; "
+        f"import json, sys; sys.path[1:1] = [{str(tests)!r}, 'trl']; import trl_probes; "
         f"trl_probes.main(json.loads({job!r}))"
     )
     done = subprocess.run(
@@ -87,15 +87,15 @@ def test_every_trl_task_judges_fork_semantics_and_scores_decoys():
         assert sum(b.weight for b in decoys) >= 0.2 - 1e-9, spec.id
         assert _fork_rules(spec), spec.id
         for rule in {r for b in spec.bugs for r in b.probes}:
-            assert rule.startswith("defaults.") or rule in trl_probes.JUDGES, (spec.id, rule)
+            assert rule.startswith("defaults.") or rule in trl_judge.JUDGES, (spec.id, rule)
 
 
 @pytest.mark.parametrize("task_id", [s.id for s in TRL_SPECS])
 def test_the_intended_fork_passes_each_rule_and_upstream_fails_it(observed, task_id):
     rules, conventions, intended, upstream = observed[task_id]
     for rule in rules:
-        assert trl_probes.judge(intended, rule, conventions) == [], (task_id, rule)
-        assert trl_probes.judge(upstream, rule, conventions), (task_id, rule, "upstream passes")
+        assert trl_judge.judge(intended, rule, conventions) == [], (task_id, rule)
+        assert trl_judge.judge(upstream, rule, conventions), (task_id, rule, "upstream passes")
 
 
 def test_fork_loss_is_trl_loss_without_the_fork_terms():
@@ -111,7 +111,7 @@ def test_fork_loss_is_trl_loss_without_the_fork_terms():
     advantages = torch.randn(6, generator=g)
     for loss_type in ("grpo", "dapo"):
         kwargs = dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04)
-        ours = trl_probes._fork_loss(logps, advantages, mask, old, ref, mask.sum(), **kwargs)
+        ours = trl_judge._fork_loss(logps, advantages, mask, old, ref, mask.sum(), **kwargs)
         theirs = compute_loss(
             logps,
             advantages,
@@ -126,9 +126,40 @@ def test_fork_loss_is_trl_loss_without_the_fork_terms():
 
 def test_a_defaults_rule_reads_json_or_a_bare_string():
     seen = {"defaults": {"beta": 0.04, "loss_type": "grpo", "mask_truncated_completions": True}}
-    assert trl_probes.judge(seen, "defaults.beta=0.04") == []
-    assert trl_probes.judge(seen, "defaults.loss_type=grpo") == []
-    assert trl_probes.judge(seen, "defaults.mask_truncated_completions=true") == []
-    assert trl_probes.judge(seen, "defaults.beta=0.0")
-    assert trl_probes.judge(seen, "defaults.mask_truncated_completions=1")
-    assert trl_probes.judge(seen, "defaults.kl_clamp=10.0")  # a field upstream lacks
+    assert trl_judge.judge(seen, "defaults.beta=0.04") == []
+    assert trl_judge.judge(seen, "defaults.loss_type=grpo") == []
+    assert trl_judge.judge(seen, "defaults.mask_truncated_completions=true") == []
+    assert trl_judge.judge(seen, "defaults.beta=0.0")
+    assert trl_judge.judge(seen, "defaults.mask_truncated_completions=1")
+    assert trl_judge.judge(seen, "defaults.kl_clamp=10.0")  # a field upstream lacks
+
+
+def test_a_report_on_inputs_other_than_the_verifiers_fails():
+    """Degenerate inputs that any rule computed from the child's own report would agree with
+    (equal rewards and zero advantages, zero advantages with a zero loss) fail: the rules judge
+    from the verifier's inputs and first check that the child reports them."""
+    rows = trl_judge.ROWS
+    seen = {
+        f"advantages.{scale}": (torch.ones(rows, 1), torch.zeros(rows))
+        for scale in ("group", "batch", "none")
+    }
+    problems = trl_judge.judge(seen, "advantages")
+    assert len(problems) == 3 and all("the reward functions returned" in p for p in problems)
+    given = trl_judge.loss_inputs()
+    case = {
+        "loss": torch.tensor(0.0),
+        "grad": torch.zeros(rows, trl_judge.COMPLETION_LENGTH),
+        "logps": -torch.rand(rows, trl_judge.COMPLETION_LENGTH),
+        "mask": given["mask"],
+        "advantages": torch.zeros(rows),
+        "old": None,
+        "ref": None,
+        "num_items_in_batch": None,
+    }
+    seen = {name: dict(case) for name in trl_judge.LOSS_CASES}
+    problems = trl_judge.judge(seen, "loss_aggregation")
+    assert len(problems) == 4
+    assert all("the advantages the loss was given are not the verifier's" in p for p in problems)
+    seen = {name: dict(case, advantages=given["advantages"]) for name in trl_judge.LOSS_CASES}
+    problems = trl_judge.judge(seen, "loss_aggregation")  # the verifier's inputs: 0 is wrong
+    assert len(problems) == 4 and all(" loss: expected " in p for p in problems), problems

@@ -1,11 +1,16 @@
 """A view of the machine that code under test cannot leave: util-linux `unshare`, `chroot`, `setpriv`.
 
-The command runs in new mount and PID namespaces, inside a root made of a few bind mounts (the
-system's `/usr` and `/etc` and a Python environment, read-only; the workspace, a home and a
+The command runs in new mount, PID and network namespaces, inside a root made of a few bind mounts
+(the system's `/usr` and `/etc` and a Python environment, read-only; the workspace, a home and a
 temporary folder, writable), as the unprivileged user `nobody` with no way to regain privileges.
-It sees no other file of the machine, no other process, and it cannot outlive its run: when the
-namespace's first process exits, or the `unshare` holding it is killed, the kernel kills every
-process left in it, daemons included (a double fork or `setsid` does not leave a PID namespace).
+It sees no other file of the machine, no other process, and no network but a loopback of its own:
+two views never reach each other, nor the host's services (`network=False` keeps the host's
+network, for an agent that must call its model's API: weaker, since the host's loopback is
+shared). It cannot outlive its run: the namespace's first process is a holder that stays root
+and keeps `unshare`'s parent-death signal (the user change of `setpriv` would clear it), and runs
+the command as its child; when the command exits, or the `unshare` holding the view is killed,
+the holder dies and the kernel kills every process left in the namespace, daemons included (a
+double fork or `setsid` does not leave a PID namespace).
 
 Why these tools: they ship with util-linux and coreutils on every Debian or Ubuntu machine
 (nothing to install), they are what bubblewrap and firejail build on, and run as root they need no
@@ -57,7 +62,9 @@ def available() -> bool:
         return False
     try:
         probe = subprocess.run(
-            ["unshare", "--mount", "--pid", "--fork", "true"], capture_output=True, timeout=30
+            ["unshare", "--mount", "--pid", "--net", "--fork", "true"],
+            capture_output=True,
+            timeout=30,
         )
     except (OSError, subprocess.SubprocessError):
         return False
@@ -122,26 +129,40 @@ def _setup_script(root: Path, mounts: list[Mount]) -> str:
         f'for d in {" ".join(DEVICES)}; do [ -e "/dev/$d" ] || continue; '
         'touch "$R/dev/$d"; mount -o bind "/dev/$d" "$R/dev/$d"; done',
         'mount -o remount,bind,ro "$R"',
+        # a new network namespace has only a loopback, down, that the host never sees; iproute2
+        # brings it up where installed (without it the view has no network at all)
+        "if command -v ip > /dev/null; then ip link set lo up; fi",
     ]
     return "\n".join(lines)
 
 
 def command(
-    argv: list[str], root: Path, mounts: list[Mount], env: dict[str, str], cwd: str = WORKSPACE
+    argv: list[str],
+    root: Path,
+    mounts: list[Mount],
+    env: dict[str, str],
+    cwd: str = WORKSPACE,
+    network: bool = False,
 ) -> list[str]:
     """The command line that runs `argv` in the view made of `mounts` (on the empty folder `root`)
-    with exactly the environment `env`, as nobody, from `cwd`."""
+    with exactly the environment `env`, as nobody, from `cwd`; with a private network (loopback
+    only) unless `network` asks for the host's."""
     variables = [f"{k}={v}" for k, v in env.items()]
+    # The holder (this shell, the namespace's PID 1, root) runs the command as its child, with
+    # its standard input (an asynchronous command's would be /dev/null), and exits with it.
     enter = (
-        f'exec chroot "$R" setpriv --reuid={UID} --regid={GID} --clear-groups '
+        "exec 3<&0\n"
+        f'chroot "$R" setpriv --reuid={UID} --regid={GID} --clear-groups '
         f"--no-new-privs --inh-caps=-all --bounding-set=-all env -i {' '.join(map(shlex.quote, variables))} "
-        'sh -c \'cd "$0" && exec "$@"\' ' + shlex.quote(cwd) + ' "$@"'
+        'sh -c \'cd "$0" && exec "$@"\' ' + shlex.quote(cwd) + ' "$@" <&3 3<&- &\n'
+        "exec 3<&-\n"
+        'wait "$!"'
     )
     script = _setup_script(root, mounts) + "\n" + enter
+    namespaces = ["--mount", "--pid"] + ([] if network else ["--net"])
     return [
         "unshare",
-        "--mount",
-        "--pid",
+        *namespaces,
         "--fork",
         "--kill-child",
         "--propagation",

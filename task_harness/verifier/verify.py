@@ -16,13 +16,20 @@ PID namespace, with the agent's own Python environment when the local runner nam
 $GRPO_TASK_AGENT_ENV), or, where namespaces are not allowed (a Harbor container), as nobody with
 every process of that user killed afterwards. A child is started the way the training script is
 (`sys.argv` is the script's name, the same environment, the workspace as working folder); nothing
-in its arguments, environment, working folder or file names says it is being checked. It hands
-its observations back as plain JSON (`plain.py`), checked before use.
+in its arguments, environment, working folder or file names says it is being checked: it runs
+`python <the training script's name>`, whose file in the child's fresh copy is a script made for
+the job. That script puts the workspace after the standard library on `sys.path`, so no file of
+the workspace stands in for a module it imports (anti-cheat also refuses one named like one). The
+child only observes: it holds no rule, no expected value and no reference implementation (only
+what builds the tiny model), and every input a judgement depends on is made in this process and
+checked against what the child reports it used. It hands its observations back as plain JSON
+(`plain.py`), checked before use.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -32,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from pathlib import Path
@@ -51,12 +59,24 @@ STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 # "learning", see build.py); TRL's log prints a mean every 10 steps and is not parsed.
 TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py"}
 LEARNING_TIMEOUT = 300
-# The child's start: the script's name in sys.argv, the support folder first on the path, the
-# job (what to observe, where to write it) read from stdin.
-BOOT = (
-    "import json, sys; job = json.loads(sys.stdin.readline()); sys.argv[:] = [job['argv0']]; "
-    "sys.path.insert(0, job['lib']); import session; session.main(job)"
-)
+# The script a child runs in place of the training script: the support folder and the workspace
+# (and the trl fork's source folder) go after the standard library and before site-packages, so
+# that a workspace file named like a module of the standard library never replaces it; then the
+# job (what to observe, its inputs) is run and its observations written to $TMPDIR/<out>.
+JOB_SCRIPT = """\
+import os, sys
+_workspace = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if p not in ("", _workspace)]
+_at = next((i for i, p in enumerate(sys.path) if p.endswith("-packages")), len(sys.path))
+sys.path[_at:_at] = [{lib!r}] + [os.path.join(_workspace, p) for p in {folders!r}]
+import json
+import session
+job = json.loads({job!r})
+job["out"] = os.path.join(os.environ["TMPDIR"], job["out"])
+session.main(job)
+"""
+# The folders of the workspace a child imports from, per family.
+IMPORT_FOLDERS = {"reference": ["."], "trl": [".", "trl"]}
 
 
 def installed_package_dir(name: str) -> Path | None:
@@ -84,12 +104,55 @@ def anti_cheat(task: dict, workspace: Path) -> list[str]:
     for path in sorted(workspace.rglob("*")):
         if path.name in STARTUP_HOOKS or path.suffix == ".pth":
             problems.append(f"{path.relative_to(workspace)} is a Python start-up hook")
+    problems += shadowing_modules(task, workspace)
     for name, digest in task.get("installed", {}).items():
         location = installed_package_dir(name)
         if location is None:
             problems.append(f"installed package {name} is gone")
         elif tree_digest(location) != digest:
             problems.append(f"installed package {name} ({location}) was modified")
+    return problems
+
+
+def _module_name(path: Path) -> str | None:
+    """The name `import` finds `path` under, in a folder on sys.path (None: not a module)."""
+    if path.is_dir():
+        return path.name if (path / "__init__.py").exists() else None
+    for suffix in sorted(importlib.machinery.all_suffixes(), key=len, reverse=True):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return None
+
+
+def installed_modules() -> set[str]:
+    """The top-level modules of the agent's Python environment (this one's where it is not named):
+    the standard library's and its site-packages'."""
+    names = set(sys.stdlib_module_names)
+    agent_env = os.environ.get("GRPO_TASK_AGENT_ENV")
+    roots = sorted(Path(agent_env).glob("lib/python*/site-packages")) if agent_env else []
+    for root in roots or [Path(sysconfig.get_paths()["purelib"])]:
+        for entry in root.iterdir() if root.is_dir() else ():
+            if not entry.name.endswith((".dist-info", ".egg-info", ".pth")):
+                names.add(_module_name(entry) or "")
+    return names - {""}
+
+
+def shadowing_modules(task: dict, workspace: Path) -> list[str]:
+    """A module at the top of a workspace folder the code imports from, named like a module of
+    the standard library or of the Python environment, is refused: it would stand in for it in
+    the training script and could forge what the verifier reads. The task's own package (its
+    trainer, or the trl fork) is the one such name allowed."""
+    own = {task.get("package") or "", "trl" if task["family"] == "trl" else ""} - {""}
+    taken = installed_modules() - own
+    problems = []
+    for folder in IMPORT_FOLDERS[task["family"]]:
+        root = workspace / folder
+        for entry in sorted(root.iterdir()) if root.is_dir() else ():
+            name = _module_name(entry)
+            if name in taken:
+                problems.append(
+                    f"{entry.relative_to(workspace)} would replace the installed module {name!r}"
+                )
     return problems
 
 
@@ -120,15 +183,22 @@ class Children:
             TESTS_DIR.chmod(0o700)
 
     def _stage_support(self) -> None:
-        """The probe code and what it imports, under neutral names, in a folder of its own."""
+        """The observing code and what it imports, under neutral names, in a folder of its own:
+        no judge and no expected value. The trl probes get the tiny model's builder alone; the
+        minigrpo probes (a test fixture family, whose upstream is reference_impl itself) get
+        reference_impl, to run an update step with its stage functions."""
         self.lib.mkdir()
         probes = {"minigrpo": "ref_probes.py", "rlzero": "rlzero_probes.py"}.get(
             self.trainer, "ref_probes.py" if self.family == "reference" else "trl_probes.py"
         )
         shutil.copy(TESTS_DIR / probes, self.lib / "session.py")
-        for name in ("plain.py", "judge.py"):
-            shutil.copy(TESTS_DIR / name, self.lib / name)
-        shutil.copytree(TESTS_DIR / "reference_impl", self.lib / "reference_impl")
+        shutil.copy(TESTS_DIR / "plain.py", self.lib / "plain.py")
+        if probes == "ref_probes.py":
+            shutil.copytree(TESTS_DIR / "reference_impl", self.lib / "reference_impl")
+        elif probes == "trl_probes.py":
+            (self.lib / "reference_impl").mkdir()
+            (self.lib / "reference_impl" / "__init__.py").write_text('"""The tiny model."""\n')
+            shutil.copy(TESTS_DIR / "reference_impl" / "tiny.py", self.lib / "reference_impl")
 
     def _fresh(self) -> tuple[Path, Path, Path]:
         """A new run folder (the workspace as the agent left it), home and temporary folder."""
@@ -145,10 +215,16 @@ class Children:
             jail.prepare(run, home, tmp)
         return run, home, tmp
 
-    def start(self, argv: list[str], **popen) -> tuple[subprocess.Popen, Path, str]:
-        """Start `argv` (its first word "python") as the agent would; (process, tmp folder on this
-        side, the same folder as the child sees it)."""
+    def start(
+        self, argv: list[str], script: str | None = None, **popen
+    ) -> tuple[subprocess.Popen, Path]:
+        """Start `argv` (its first word "python") as the agent would, with the training script's
+        file replaced by `script` when given; (process, its tmp folder on this side)."""
         run, home, tmp = self._fresh()
+        if script is not None:
+            target = run / TRAIN_SCRIPT[self.family]
+            target.unlink(missing_ok=True)
+            target.write_text(script)
         if self.jailed:
             view = jail.view(run, home, tmp, self.python_env, (jail.Mount(self.lib, "/opt/lib"),))
             env = dict(jail.BASE_ENV)
@@ -156,7 +232,7 @@ class Children:
             root = self.scratch / f"view{self.count}"
             root.mkdir()
             command = jail.command([python, *argv[1:]], root, view, env)
-            return subprocess.Popen(command, start_new_session=True, **popen), tmp, "/tmp"
+            return subprocess.Popen(command, start_new_session=True, **popen), tmp
         env = dict(jail.BASE_ENV, HOME=str(home), TMPDIR=str(tmp))
         env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
         command = [sys.executable, *argv[1:]]
@@ -164,7 +240,7 @@ class Children:
             command = ["setpriv", f"--reuid={jail.UID}", f"--regid={jail.GID}", "--clear-groups"]
             command += ["--no-new-privs", sys.executable, *argv[1:]]
         process = subprocess.Popen(command, cwd=run, env=env, start_new_session=True, **popen)
-        return process, tmp, str(tmp)
+        return process, tmp
 
     def lib_path(self) -> str:
         return "/opt/lib" if self.jailed else str(self.lib)
@@ -182,17 +258,21 @@ class Children:
     def observe(self, job: dict) -> tuple[dict | None, str]:
         """Run the probes of `job` on the agent's code; (observations, "") or (None, the cause)."""
         name = secrets.token_hex(8) + ".json"
-        process, tmp, tmp_inside = self.start(
-            ["python", "-c", BOOT],
-            stdin=subprocess.PIPE,
+        script = JOB_SCRIPT.format(
+            lib=self.lib_path(),
+            folders=IMPORT_FOLDERS[self.family],
+            job=json.dumps(dict(job, out=name)),
+        )
+        process, tmp = self.start(
+            ["python", TRAIN_SCRIPT[self.family]],
+            script,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        job = dict(job, argv0=TRAIN_SCRIPT[self.family], lib=self.lib_path())
-        job["out"] = f"{tmp_inside}/{name}"
         try:
-            _, stderr = process.communicate(json.dumps(job) + "\n", timeout=CHILD_TIMEOUT)
+            _, stderr = process.communicate(timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired:
             return None, f"the probes did not finish within {CHILD_TIMEOUT} s"
         finally:
@@ -210,7 +290,7 @@ class Children:
         """The per-step figures (reward, loss, KL) of the first steps of the training script, as
         it prints them; its last line; and whether it ended by itself, with status 0, before
         those steps (it reached its target sooner)."""
-        process, _, _ = self.start(
+        process, _ = self.start(
             ["python", TRAIN_SCRIPT[self.family]],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -376,8 +456,9 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
 
 
 def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
-    """Each stage's observations of the workspace's GRPOTrainer, judged against reference_impl."""
-    import trl_probes
+    """Each stage's observations of the workspace's GRPOTrainer, judged against reference_impl
+    from the inputs this process gave it."""
+    import trl_judge
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
     # The fork's release and intended customisations (build.py); absent: TRL 1.16's.
@@ -386,16 +467,16 @@ def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     # instead of its stage's check; the child observes what every rule reads.
     judged_by = {bug["stage"]: bug.get("probes") or [bug["stage"]] for bug in task["bugs"]}
     rules = sorted({rule for b in task["bugs"] + task["decoys"] for rule in b["probes"]})
-    seen, cause = children.observe({"stages": checks, "rules": rules, "conventions": conventions})
+    seen, cause = children.observe(trl_judge.make_job(checks, rules, conventions))
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
     problems = {
-        stage: [p for rule in judged_by[stage] for p in trl_probes.judge(seen, rule, conventions)]
+        stage: [p for rule in judged_by[stage] for p in trl_judge.judge(seen, rule, conventions)]
         for stage in checks
     }
     for decoy in task["decoys"]:
         problems[decoy["id"]] = [
-            p for rule in decoy["probes"] for p in trl_probes.judge(seen, rule, conventions)
+            p for rule in decoy["probes"] for p in trl_judge.judge(seen, rule, conventions)
         ]
     return problems
 
