@@ -83,6 +83,8 @@ def test_a_trl_logged_dict_gives_the_gate_figures_and_the_summary_none():
     assert _step_figures(line) == [
         {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
     ]
+    progress = " 13%|█▎        | 20/150 [00:09<01:01,  2.11it/s]"  # stderr, merged, no newline
+    assert _step_figures(progress + line) == _step_figures(line)
     assert _step_figures("{'train_runtime': 20.1, 'train_loss': 0.01}") == []
     assert _step_figures("{'loss': __import__('os').system('true')}") == []
     assert _step_figures("{'loss': " + "[" * 5000 + "]" * 5000 + "}") == []

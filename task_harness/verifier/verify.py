@@ -263,8 +263,11 @@ FIGURE = re.compile(r"\b(reward|loss|kl)\s+(\S+)")
 def _step_figures(line: str) -> list[dict[str, float]]:
     """[{"reward": ..., "loss": ..., "kl": ...}] for a step line of the log (the figures it
     prints), [] for any other line."""
-    if TRL_LOG_LINE.match(line.strip()):
-        return _trl_figures(line.strip())
+    # The training script's stderr is merged into its stdout: tqdm's progress bar, which ends in
+    # no newline, comes first on the line of each logged dict.
+    logged = line[line.find("{") :].strip() if "{" in line else ""
+    if TRL_LOG_LINE.match(logged):
+        return _trl_figures(logged)
     if not STEP_LINE.match(line.strip()):
         return []
     try:
