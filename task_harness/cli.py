@@ -75,7 +75,8 @@ def list_command(as_json: bool, tasks_dir: Path) -> None:
 @tasks_dir_option
 def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_dir: Path) -> None:
     """Score oracle (must get 1.0), nop (0 on every bug) and the shortcut baselines (at most 0.5,
-    never every bug fixed): upstream-restore on trl tasks, reference-copy on reference tasks."""
+    never every bug fixed): upstream-restore and upstream-hunks on trl tasks, reference-copy on
+    reference tasks."""
     from task_harness.baselines import verify_tasks
 
     specs = _load(task_ids, tasks_dir)
@@ -172,7 +173,7 @@ def symptoms_command(task_ids, lines: int | None, tasks_dir: Path) -> None:
 @click.option(
     "--agent",
     required=True,
-    help="oracle, nop, upstream-restore, reference-copy, or a command template, e.g."
+    help="oracle, nop, upstream-restore, upstream-hunks, reference-copy, or a command template, e.g."
     " 'claude -p \"$(cat {instruction})\"'.",
 )
 @click.option(

@@ -4,7 +4,9 @@ The corpus is the bugs of the shipped rlzero tasks (`tasks/rz-*/patches.yaml`, e
 stage and its `condition` from task.toml) and their decoys. A draw takes K bugs in distinct
 stages (at most one inside `surrogate_loss`, whose stages share a line of code), at least half
 of them with a condition, and one decoy; the training run is configured so that every condition
-holds (a temperature below 1 for "temperature != 1", several passes for "passes > 1", ...).
+holds (a temperature below 1 for "temperature != 1", several passes for "passes > 1", ...). The
+task's own conventions (eps, std estimator, trust region, loss normaliser) are drawn too
+(`task_harness/conventions.py`), so that no other task's fixed trainer is this one's.
 
 Then the task is measured (`task_harness/symptoms.py`): its `train.py` runs fixed, with every bug
 and with each bug alone. A bug whose run a user could not tell from the fixed one is redrawn, and
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from task_harness import symptoms
+from task_harness import conventions, symptoms
 from task_harness.mutants import Mutant
 from task_harness.spec import TASKS_DIR, Bug, load_task, load_tasks
 
@@ -57,18 +59,15 @@ class Drawable:
 class Corpus:
     bugs: list[Drawable]
     decoys: list[Bug]
-    notes: str  # the project notes the rlzero tasks give the agent (NOTES.md)
 
 
 def load_corpus(tasks_dir: Path = TASKS_DIR) -> Corpus:
     """The bugs and the decoys of the shipped rlzero tasks, each once."""
     bugs: dict[str, Drawable] = {}
     decoys: dict[str, Bug] = {}
-    notes = ""
     for spec in load_tasks(tasks_dir):
         if spec.trainer != "rlzero":
             continue
-        notes = notes or spec.toml["grpo"]["notes"]
         patches = {p.id: p.mutant for p in spec.patches if p.kind == "bug"}
         for bug in spec.bugs:
             if bug.kind == "decoy":
@@ -80,7 +79,6 @@ def load_corpus(tasks_dir: Path = TASKS_DIR) -> Corpus:
     return Corpus(
         sorted(bugs.values(), key=lambda d: d.bug.id),
         sorted(decoys.values(), key=lambda d: d.id),
-        notes,
     )
 
 
@@ -167,18 +165,20 @@ def _toml(bugs: list[Drawable], decoy: Bug, train: dict, notes: str) -> str:
 
 def write_task(
     folder: Path,
-    corpus: Corpus,
     bugs: list[Drawable],
     decoy: Bug,
     train: dict,
     sentences: list[str],
+    drawn: conventions.Conventions | None = None,
 ) -> Path:
-    """Write the task's spec; `decoy` guards the first bug (scored once that bug is fixed)."""
+    """Write the task's spec; `decoy` guards the first bug (scored once that bug is fixed);
+    `drawn` are the task's conventions (default: the pristine trainer's)."""
     folder.mkdir(parents=True, exist_ok=True)
+    drawn = drawn or conventions.Conventions()
     decoy = Bug(**{**decoy.__dict__, "guards": bugs[0].bug.id})
-    (folder / "task.toml").write_text(_toml(bugs, decoy, train, corpus.notes))
+    (folder / "task.toml").write_text(_toml(bugs, decoy, train, drawn.notes()))
     (folder / "instruction.md").write_text(instruction(train, sentences))
-    patches = [
+    patches = conventions.setup_patches(drawn) + [
         {
             "id": d.mutant.id,
             "kind": "bug",
@@ -268,11 +268,12 @@ def generate_task(seed: int, num_bugs: int, out: Path, verify: bool = True) -> P
     bugs = draw(corpus.bugs, rng, num_bugs, rejected)
     for _ in range(MAX_REDRAWS):
         decoy = rng.choice(corpus.decoys)
+        drawn = conventions.draw(rng, decoy.id)
         train = train_config(bugs)
-        write_task(folder, corpus, bugs, decoy, train, [])
+        write_task(folder, bugs, decoy, train, [], drawn)
         sentences, unseen = measure(folder, bugs)
         if not unseen:
-            write_task(folder, corpus, bugs, decoy, train, sentences)
+            write_task(folder, bugs, decoy, train, sentences, drawn)
             if not verify:
                 return folder
             unseen, _ = _verify(folder, bugs)

@@ -6,6 +6,10 @@ does not score. Two such agents run on every task they apply to:
 - `upstream-restore` (trl family): replaces every file of the workspace's TRL fork by the same
   file of upstream TRL at the fork's version, downloaded from the package registry (as an agent
   with network can) and cached under `<project cache>/upstream/`.
+- `upstream-hunks` (trl family): the same release, restored hunk by hunk as an agent that
+  diffs the fork with it would: every hunk of `diff -u` (3 lines of context) that carries no
+  fork comment (`# ... fork ...`) and names nothing NOTES.md names in backticks goes back to
+  upstream's text; the others, the fork's customisations as the agent reads them, stay.
 - `reference-copy` (reference family): puts `reference_impl`'s stage functions in place of the
   trainer's, as an agent that found grpo-skill's reference would: for `minigrpo` (reference_impl
   renamed) its modules, with the package name mapped; for an independent trainer its modules
@@ -17,6 +21,8 @@ Both run on the runner's side, like `oracle`: they are ours, not an outside agen
 
 from __future__ import annotations
 
+import difflib
+import keyword
 import re
 import shutil
 import subprocess
@@ -27,9 +33,13 @@ from pathlib import Path
 
 from task_harness.installed import package_dir
 
-SHORTCUTS = ("upstream-restore", "reference-copy")
+SHORTCUTS = ("upstream-restore", "upstream-hunks", "reference-copy")
 # Which family a shortcut applies to; `tasks verify` omits it elsewhere.
-FAMILY = {"upstream-restore": "trl", "reference-copy": "reference"}
+FAMILY = {"upstream-restore": "trl", "upstream-hunks": "trl", "reference-copy": "reference"}
+# The hunks `upstream-hunks` reads: `diff -u`'s, with 3 lines of context either side.
+HUNK_CONTEXT = 3
+FORK_COMMENT = re.compile(r"#.*\bfork\b", re.IGNORECASE)
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
@@ -45,10 +55,14 @@ def take(shortcut: str, workspace: Path, task: dict) -> list[str]:
     """Apply `shortcut` to `workspace` of the built task (its `task.json`), leaving the files the
     instruction forbids editing alone; the files it replaced, relative to the workspace."""
     keep = frozenset(task["protected"])
-    if shortcut == "upstream-restore":
+    if shortcut in ("upstream-restore", "upstream-hunks"):
         version = fork_version(workspace) or task.get("fork_version")
         if not version:
             raise ShortcutUnavailable("the fork says no TRL version")
+        if shortcut == "upstream-hunks":
+            notes = workspace / "NOTES.md"
+            names = notes_names(notes.read_text() if notes.is_file() else "")
+            return restore_upstream_hunks(workspace, version, names, keep)
         return restore_upstream_trl(workspace, version, keep)
     if shortcut == "reference-copy":
         if task.get("trainer", "minigrpo") != "minigrpo":
@@ -106,6 +120,65 @@ def restore_upstream_trl(
             continue
         if ours.read_bytes() != theirs.read_bytes():
             shutil.copyfile(theirs, ours)
+            replaced.append(relative)
+    return replaced
+
+
+def notes_names(notes: str) -> frozenset[str]:
+    """The identifiers the project notes name in backticks (`GRPOConfig.scale_rewards` names
+    GRPOConfig and scale_rewards), without Python keywords and words of fewer than 3 letters."""
+    quoted = re.findall(r"`([^`\n]+)`", notes)
+    words = {word for span in quoted for word in IDENTIFIER.findall(span)}
+    return frozenset(w for w in words if len(w) >= 3 and not keyword.iskeyword(w))
+
+
+def kept_hunk(lines: list[str], fork_lines: list[str], names: frozenset[str]) -> bool:
+    """A hunk an agent keeps as the fork's own: one of its fork-side lines is a fork comment, or
+    one of its lines (either side, context included) names what the notes name."""
+    if any(FORK_COMMENT.search(line) for line in fork_lines):
+        return True
+    return any(word in names for line in lines for word in IDENTIFIER.findall(line))
+
+
+def revert_hunks(upstream: str, fork: str, names: frozenset[str]) -> str:
+    """`fork` with every hunk of its diff against `upstream` that `kept_hunk` does not keep put
+    back to upstream's text."""
+    theirs, ours = upstream.splitlines(keepends=True), fork.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, theirs, ours, autojunk=False)
+    # A copy: get_grouped_opcodes trims the first and last `equal` of the matcher's own list.
+    opcodes = list(matcher.get_opcodes())
+    revert = set()
+    for group in matcher.get_grouped_opcodes(HUNK_CONTEXT):
+        fork_lines = [line for _, _, _, j1, j2 in group for line in ours[j1:j2]]
+        changed = [line for tag, i1, i2, _, _ in group if tag != "equal" for line in theirs[i1:i2]]
+        if not kept_hunk(fork_lines + changed, fork_lines, names):
+            revert |= {op for op in group if op[0] != "equal"}
+    out = []
+    for op in opcodes:
+        _, i1, i2, j1, j2 = op
+        out += theirs[i1:i2] if op in revert else ours[j1:j2]
+    return "".join(out)
+
+
+def restore_upstream_hunks(
+    workspace: Path, version: str, names: frozenset[str], keep: frozenset[str] = frozenset()
+) -> list[str]:
+    """Every fork file that upstream release `version` also has, with the hunks `kept_hunk`
+    does not keep reverted to upstream's."""
+    fork = workspace / "trl" / "trl"
+    if not fork.is_dir():
+        raise ShortcutUnavailable(f"the workspace has no TRL fork at {fork}")
+    upstream = upstream_trl(version)
+    replaced = []
+    for theirs in sorted(upstream.rglob("*.py")):
+        ours = fork / theirs.relative_to(upstream)
+        relative = str(ours.relative_to(workspace))
+        if relative in keep or not ours.is_file():
+            continue
+        text = ours.read_text()
+        restored = revert_hunks(theirs.read_text(), text, names)
+        if restored != text:
+            ours.write_text(restored)
             replaced.append(relative)
     return replaced
 

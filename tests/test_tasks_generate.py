@@ -31,7 +31,7 @@ def test_a_draw_has_distinct_stages_half_conditioned_and_a_run_where_each_condit
     assert 2 * sum(1 for d in bugs if d.bug.condition) >= count
     decoy = CORPUS.decoys[seed % len(CORPUS.decoys)]
     train = train_config(bugs)
-    folder = write_generated(tmp_path / "gen", CORPUS, bugs, decoy, train, [])
+    folder = write_generated(tmp_path / "gen", bugs, decoy, train, [])
     spec = load_task(folder)  # refuses a condition the run lacks
     assert sum(b.weight for b in spec.bugs if b.kind == "decoy") == pytest.approx(0.2)
     kept = bugs[:1]

@@ -60,3 +60,50 @@ def test_non_finite_figures_fail():
     steps = _steps(40, 0.7)
     steps[-1]["reward"] = float("nan")
     assert "not finite" in learning_problems(steps, RULE, "")[0]
+
+
+# --- the trl family's gate: the first logged dicts of train_grpo.py -----------------------------
+TRL_RULE = {
+    "steps": 3,
+    "window": 3,
+    "nonzero": ["reward", "grad_norm", "clip_ratio"],
+    "max_reward": 1.1,
+}
+
+
+def _logged(reward: float, grad_norm: float, clip: float) -> dict:
+    return {"reward": reward, "loss": 0.01, "grad_norm": grad_norm, "clip_ratio": clip}
+
+
+def test_a_trl_logged_dict_gives_the_gate_figures_and_the_summary_none():
+    line = (
+        "{'loss': 0.0123, 'grad_norm': 0.61, 'learning_rate': 0.003, 'reward': 0.25, "
+        "'clip_ratio/region_mean': 0.02, 'kl': 0.0, 'epoch': 0.1}\n"
+    )
+    assert _step_figures(line) == [
+        {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
+    ]
+    progress = " 13%|█▎        | 20/150 [00:09<01:01,  2.11it/s]"  # stderr, merged, no newline
+    assert _step_figures(progress + line) == _step_figures(line)
+    assert _step_figures("{'train_runtime': 20.1, 'train_loss': 0.01}") == []
+    assert _step_figures("{'loss': __import__('os').system('true')}") == []
+    assert _step_figures("{'loss': " + "[" * 5000 + "]" * 5000 + "}") == []
+
+
+def test_the_trl_gate_passes_a_fixed_run_and_names_each_symptom_left():
+    fixed = [_logged(0.2, 0.6, 0.03), _logged(0.4, 0.7, 0.02), _logged(0.6, 0.5, 0.04)]
+    assert learning_problems(fixed, TRL_RULE, "") == []
+    blank = [_logged(0.0, 0.0, 0.0)] * 3  # a decode that blanks every completion
+    found = learning_problems(blank, TRL_RULE, "")
+    assert len(found) == 3 and all("exactly 0" in p for p in found)
+    stale = [_logged(0.2, 0.6, 0.0)] * 3  # a second pass against the current policy's log-probs
+    (problem,) = learning_problems(stale, TRL_RULE, "")
+    assert "clip_ratio is exactly 0" in problem
+    unweighted = [_logged(0.2, 0.6, 0.03), _logged(1.4, 0.6, 0.03), _logged(0.5, 0.6, 0.03)]
+    (problem,) = learning_problems(unweighted, TRL_RULE, "")
+    assert "above 1.1" in problem
+
+
+def test_a_trl_run_that_dies_before_its_lines_fails():
+    (problem,) = learning_problems([], TRL_RULE, "IndexError: list index out of range")
+    assert "printed 0 step lines of the 3" in problem and "IndexError" in problem

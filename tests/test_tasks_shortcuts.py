@@ -13,7 +13,7 @@ from task_harness.baselines import baseline_problem
 from task_harness.build import build_task, installed_trl
 from task_harness.installed import package_dir
 from task_harness.runner import TrialResult
-from task_harness.shortcuts import ShortcutUnavailable, applies, take
+from task_harness.shortcuts import ShortcutUnavailable, applies, notes_names, revert_hunks, take
 from task_harness.spec import TASKS_DIR, load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
@@ -31,6 +31,7 @@ def _task(built: Path) -> dict:
 
 def test_each_shortcut_applies_to_one_family():
     assert applies("upstream-restore", "trl") and not applies("upstream-restore", "reference")
+    assert applies("upstream-hunks", "trl") and not applies("upstream-hunks", "reference")
     assert applies("reference-copy", "reference") and not applies("reference-copy", "trl")
 
 
@@ -87,3 +88,44 @@ def _trial(reward: float, bugs: dict[str, float], status: str = "ok") -> TrialRe
 def test_a_baseline_may_score_at_most_half_and_never_fix_every_bug(trial, why):
     problem = baseline_problem("reference-copy", trial, ["a", "b"])
     assert (why in problem) if why else problem == ""
+
+
+# --- upstream-hunks: the release restored hunk by hunk, the fork's customisations kept ----------
+# Ten lines apart: `diff -u` (3 lines of context) shows a change of `a` and one of `i` as two hunks.
+UPSTREAM = (
+    "def f(x):\n    a = 1\n"
+    + "".join(f"    k{n} = {n}\n" for n in range(8))
+    + "    i = 8\n    return x\n"
+)
+
+
+def test_notes_names_are_the_identifiers_in_backticks():
+    notes = "Keeps `GRPOConfig.scale_rewards` and `<think>` tags; `True` is no name, nor `ab`."
+    assert notes_names(notes) == {"GRPOConfig", "scale_rewards", "think"}
+
+
+def test_a_hunk_without_fork_comment_or_notes_name_goes_back_upstream():
+    fork = UPSTREAM.replace("    a = 1\n", "    a = 100\n").replace("    i = 8\n", "    i = 9\n")
+    assert revert_hunks(UPSTREAM, fork, frozenset()) == UPSTREAM
+
+
+def test_a_hunk_with_a_fork_comment_or_a_notes_name_stays():
+    commented = UPSTREAM.replace("    a = 1\n", "    # Fork: a larger a\n    a = 100\n")
+    assert revert_hunks(UPSTREAM, commented, frozenset()) == commented
+    named = UPSTREAM.replace("    i = 8\n", "    i = scale_rewards\n")
+    assert revert_hunks(UPSTREAM, named, frozenset({"scale_rewards"})) == named
+    both = commented.replace("    i = 8\n", "    i = 9\n")  # far apart: two hunks, one kept
+    assert revert_hunks(UPSTREAM, both, frozenset()) == commented
+
+
+def test_upstream_hunks_leaves_the_never_stops_bug_inside_a_customisation(tmp_path):
+    """trl-never-stops' bug rewrites `completion_mask`, which NOTES.md names for the fork's
+    truncation filter: restoring upstream hunk by hunk keeps it, so the shortcut scores 0."""
+    built = _built("trl-never-stops", tmp_path)
+    workspace = built / "environment" / "workspace"
+    try:
+        take("upstream-hunks", workspace, _task(built))
+    except ShortcutUnavailable as error:
+        pytest.skip(str(error))
+    trainer = (workspace / "trl" / "trl" / "trainer" / "grpo_trainer.py").read_text()
+    assert "completion_mask = (completion_ids != self._tokenizer.pad_token_id).int()" in trainer

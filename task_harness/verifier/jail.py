@@ -46,6 +46,10 @@ BASE_ENV = {
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
+    # TRL's Trainer writes each logged dict with tqdm.write, which does not flush: through a pipe
+    # the verifier's training gate would see none of them for 70 steps. The agent's runs and the
+    # verifier's children share this environment, so it tells nothing about being checked.
+    "PYTHONUNBUFFERED": "1",
 }
 
 

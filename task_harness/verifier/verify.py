@@ -28,6 +28,7 @@ checked against what the child reports it used. It hands its observations back a
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.machinery
 import importlib.util
@@ -55,8 +56,8 @@ CHILD_TIMEOUT = 600
 # Python start-up hooks: a workspace holding one is refused whatever it does.
 STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 # The script the agent runs to train, per family (its name is what the children's sys.argv shows).
-# A short training run is required of the reference family's `succ` tasks only (task.json
-# "learning", see build.py); TRL's log prints a mean every 10 steps and is not parsed.
+# A short training run is required where task.json has "learning" (see build.py): rlzero's
+# and minigrpo's toy-task runs, and each trl task's first logged dicts (symptom_problems).
 TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py"}
 LEARNING_TIMEOUT = 300
 # The script a child runs in place of the training script: the support folder and the workspace
@@ -342,12 +343,68 @@ FIGURE = re.compile(r"\b(reward|loss|kl)\s+(\S+)")
 def _step_figures(line: str) -> list[dict[str, float]]:
     """[{"reward": ..., "loss": ..., "kl": ...}] for a step line of the log (the figures it
     prints), [] for any other line."""
+    # The training script's stderr is merged into its stdout: tqdm's progress bar, which ends in
+    # no newline, comes first on the line of each logged dict.
+    logged = line[line.find("{") :].strip() if "{" in line else ""
+    if TRL_LOG_LINE.match(logged):
+        return _trl_figures(logged)
     if not STEP_LINE.match(line.strip()):
         return []
     try:
         return [{name: float(value) for name, value in FIGURE.findall(line)}]
     except ValueError:
         return []
+
+
+# A line of train_grpo.py's log: transformers' Trainer prints each logged dict (every 10 steps).
+TRL_LOG_LINE = re.compile(r"^\{.*'loss'.*\}$")
+# TRL's logged keys, under the names the gate uses (TRL 0.17 logs `clip_ratio`, later releases
+# `clip_ratio/region_mean`).
+TRL_FIGURES = {
+    "reward": "reward",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "kl": "kl",
+    "clip_ratio": "clip_ratio",
+    "clip_ratio/region_mean": "clip_ratio",
+}
+
+
+def _trl_figures(line: str) -> list[dict[str, float]]:
+    """The gate's figures of one logged dict of TRL's Trainer; [] for the final summary
+    (`train_runtime`) and for anything that is not a plain dict of numbers."""
+    if len(line) > 20_000:  # the trainer's output is untrusted: no huge literal is parsed
+        return []
+    try:
+        logged = ast.literal_eval(line)
+        if not isinstance(logged, dict) or "train_runtime" in logged:
+            return []
+        return [{ours: float(logged[key]) for key, ours in TRL_FIGURES.items() if key in logged}]
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return []
+
+
+def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
+    """The instruction's symptoms still in the watched log lines (task.json "learning", each
+    measured on the fixed and the buggy trainer and recorded in the task's spec): a figure of
+    `nonzero` exactly 0 on every line (a run that learns nothing: blank rewards, no gradient, a
+    second pass that clips nothing), or a logged reward above `max_reward` (the sum of the
+    reward weights, which no weighted reward in [0, 1] per function can exceed)."""
+    problems = []
+    for figure in rule.get("nonzero", ()):
+        values = [step.get(figure) for step in steps]
+        if None in values:
+            problems.append(f"{figure} not logged on every line watched: {values}")
+        elif all(v == 0.0 for v in values):
+            problems.append(f"{figure} is exactly 0 on every line watched: the symptom remains")
+    if "max_reward" in rule:
+        rewards = [step.get("reward", float("nan")) for step in steps]
+        if not all(r <= rule["max_reward"] + 1e-6 for r in rewards):
+            problems.append(
+                f"logged reward {max(rewards, key=lambda r: r if r == r else float('inf')):.3f} "
+                f"above {rule['max_reward']}, the sum of the reward weights: {rewards}"
+            )
+    return problems
 
 
 # (figure, rule key, the window's mean must be: "at least" or "at most", what a miss means)
@@ -374,7 +431,7 @@ def learning_problems(
         ]
     last = steps[-rule["window"] :]
     where = f"steps {len(steps) - rule['window'] + 1}-{len(steps)} of the training script"
-    problems = []
+    problems = symptom_problems(steps, rule)
     for figure, key, side, meaning in BOUNDS:
         if key not in rule:
             continue
@@ -537,7 +594,7 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             steps, tail, ended_early = children.train(rule)
             learning = learning_problems(steps, rule, tail, ended_early)
             log.append("=== Learning: the first steps of the training script ===")
-            for figure in ("reward", "loss", "kl"):
+            for figure in ("reward", "loss", "kl", "grad_norm", "clip_ratio"):
                 if any(figure in step for step in steps):
                     log.append(
                         f"{figure}: {[round(s.get(figure, float('nan')), 3) for s in steps]}"

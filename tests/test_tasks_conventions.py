@@ -1,0 +1,122 @@
+"""No shared answer across rlzero tasks: each has conventions of its own
+(task_harness/conventions.py), so one task's fixed trainer put in another's workspace scores low
+there, as the verifier judges it (every probe of a bug's stage, and a decoy's probes once the bug
+it guards passes, must equal the task's intended trainer's)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from task_harness.baselines import BASELINE_MAX
+from task_harness.build import build_task
+from task_harness.conventions import DECOY_NEEDS, Conventions, draw, setup_patches
+from task_harness.spec import load_tasks
+from task_harness.verifier import judge, rlzero_probes
+
+RZ_TASKS = [spec for spec in load_tasks() if spec.trainer == "rlzero"]
+STAGES = sorted({stage for stage, _ in rlzero_probes.PROBES.values()})
+
+
+def _purge() -> None:
+    for name in [m for m in sys.modules if m == "rlzero" or m.startswith("rlzero.")]:
+        del sys.modules[name]
+
+
+def _observe_all(root: Path) -> dict:
+    """Every probe on the rlzero under `root`."""
+    _purge()
+    sys.path.insert(0, str(root))
+    try:
+        return rlzero_probes.observe(STAGES)
+    finally:
+        sys.path.remove(str(root))
+        _purge()
+
+
+@pytest.fixture(scope="module")
+def intended(tmp_path_factory) -> dict[str, dict]:
+    """Each rz task's intended trainer, observed by every probe."""
+    out = tmp_path_factory.mktemp("rz-conventions")
+    return {
+        spec.id: _observe_all(build_task(spec, out) / "tests" / "expected") for spec in RZ_TASKS
+    }
+
+
+def _score(spec, seen: dict, expected: dict) -> float:
+    """The reward the verifier gives `spec` for a trainer whose probes gave `seen` (learning
+    gate aside)."""
+    bugs = [b for b in spec.bugs if b.kind == "bug"]
+    passed = {
+        b.id: all(
+            judge.same(seen[name], value)
+            for name, value in expected.items()
+            if rlzero_probes.PROBES[name][0] == b.stage
+        )
+        for b in bugs
+    }
+    total = sum(b.weight for b in bugs if passed[b.id])
+    for decoy in (b for b in spec.bugs if b.kind == "decoy"):
+        if passed[decoy.guards] and all(judge.same(seen[p], expected[p]) for p in decoy.probes):
+            total += decoy.weight
+    return round(total, 4)
+
+
+def test_each_task_passes_its_own_intended_trainer(intended):
+    """The judge above is the verifier's: the task's own trainer scores 1."""
+    for spec in RZ_TASKS:
+        assert _score(spec, intended[spec.id], intended[spec.id]) == 1.0, spec.id
+
+
+def test_no_rz_task_oracle_solves_another(intended):
+    """Swapping any rz task's fixed rlzero into another rz task scores at most BASELINE_MAX."""
+    scores = {
+        (donor.id, spec.id): _score(spec, intended[donor.id], intended[spec.id])
+        for spec in RZ_TASKS
+        for donor in RZ_TASKS
+        if donor.id != spec.id
+    }
+    high = {pair: s for pair, s in scores.items() if s > BASELINE_MAX}
+    assert not high, f"a sibling's oracle scores above {BASELINE_MAX}: {high}"
+
+
+def test_rz_tasks_state_distinct_conventions():
+    """No two rz tasks share their NOTES.md conventions sentence (the intended trainer's)."""
+    notes = [spec.toml["grpo"]["notes"] for spec in RZ_TASKS]
+    assert len(set(notes)) == len(notes)
+
+
+@pytest.mark.parametrize("decoy", sorted(DECOY_NEEDS))
+def test_a_draw_keeps_what_its_decoy_checks(decoy):
+    for seed in range(20):
+        drawn = draw(random.Random(seed), decoy)
+        for key, value in DECOY_NEEDS[decoy].items():
+            assert getattr(drawn, key) == value
+
+
+def test_pristine_conventions_need_no_patch():
+    assert setup_patches(Conventions()) == []
+    assert len(setup_patches(Conventions(1e-4, "sample", 0.1, 0.3, "tokens"))) == 8
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_drawn_conventions_apply_beside_every_corpus_bug(seed):
+    """A generated task's convention patches and any bug of the corpus apply to the pristine
+    trainer together (their `find` texts do not overlap)."""
+    from task_harness.build import TRAINERS
+    from task_harness.generate import load_corpus
+    from task_harness.mutants import Mutant
+
+    source = {
+        f"rlzero/{path.name}": path.read_text()
+        for path in (TRAINERS / "rlzero" / "rlzero").glob("*.py")
+    }
+    for entry in setup_patches(draw(random.Random(seed))):
+        mutant = Mutant(**{k: v for k, v in entry.items() if k != "kind"}, stage="", description="")
+        source[mutant.file] = mutant.apply_to_text(source[mutant.file])
+    for drawable in load_corpus().bugs:
+        if drawable.mutant.file in source:
+            drawable.mutant.apply_to_text(source[drawable.mutant.file])
