@@ -188,6 +188,7 @@ def write_task(
             "replace": d.mutant.replace,
             "source": d.mutant.source,
         }
+        | ({"hunks": [dict(h) for h in d.mutant.hunks]} if d.mutant.hunks else {})
         for d in bugs
     ]
     (folder / "patches.yaml").write_text(yaml.safe_dump(patches, sort_keys=False, width=100))
