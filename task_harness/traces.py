@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -151,36 +152,55 @@ def _parameters(tree: ast.AST) -> dict[str, tuple[set[str], set[str]]]:
     return found
 
 
-def unread_names(buggy: Path, fixed: Path, files: list[str]) -> list[str]:
+IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+def _mentions(text: str, names: set[str]) -> tuple[set[str], set[str]]:
+    """Of `names`, those source `text` reads (mentions outside a def, class or import of them;
+    a mention in a comment counts, so this errs towards "read") and those it defines."""
+    alternatives = "|".join(map(re.escape, sorted(names)))
+    words = Counter(re.findall(rf"\b({alternatives})\b", text))
+    defining = Counter(re.findall(rf"\b(?:def|class)\s+({alternatives})\b", text))
+    for statement in IMPORT.findall(text):
+        defining.update(re.findall(rf"\b({alternatives})\b", statement))
+    return {n for n in words if words[n] > defining[n]}, set(defining)
+
+
+def unread_names(
+    buggy: Path, fixed: Path, files: list[str], others: list[Path] | None = None
+) -> list[str]:
     """Names the bug left unread: a function, class or import the fixed tree reads that no .py
-    file of the buggy tree reads any more; a parameter a changed function no longer reads."""
+    file of the buggy tree reads any more; a parameter a changed function no longer reads.
+    `others`: the .py files the bugs leave unchanged (default: the rest of the buggy tree)."""
     trees = {name: (_parse(buggy / name), _parse(fixed / name)) for name in files}
-    lost = set()
+    lost, defined = set(), set()
     unread = []
     for name, (after, before) in trees.items():
         if after is None or before is None:
             continue
         lost |= _loaded(before) - _loaded(after)
+        defined |= _defined(after)
         read_before = {f: read for f, (_, read) in _parameters(before).items()}
         for function, (params, read) in sorted(_parameters(after).items()):
             for param in sorted(params & read_before.get(function, set()) - read):
                 unread.append(f"{name}: parameter `{param}` of {function} is never read")
-    if lost:
-        defined = set()
-        for path in buggy.rglob("*.py"):
-            tree = _parse(path)
-            if tree is None:
-                continue
-            lost -= _loaded(tree)
-            defined |= _defined(tree)
-        unread += [f"`{name}` is defined and no longer read" for name in sorted(lost & defined)]
+    for after, _ in trees.values():
+        lost -= _loaded(after) if after is not None else set()
+    if others is None:
+        others = [p for p in buggy.rglob("*.py") if str(p.relative_to(buggy)) not in files]
+    for path in others:
+        if lost:
+            read, defines = _mentions(path.read_text(errors="replace"), lost)
+            lost -= read
+            defined |= defines
+    unread += [f"`{name}` is defined and no longer read" for name in sorted(lost & defined)]
     return unread
 
 
-def unused_by_bugs(buggy: Path, fixed: Path) -> list[str]:
+def unused_by_bugs(buggy: Path, fixed: Path, others: list[Path] | None = None) -> list[str]:
     """Everything the buggy tree leaves unused that the fixed tree uses (empty: no trace)."""
     files = changed_files(buggy, fixed)
-    return new_ruff_findings(buggy, fixed, files) + unread_names(buggy, fixed, files)
+    return new_ruff_findings(buggy, fixed, files) + unread_names(buggy, fixed, files, others)
 
 
 def fixed_workspace(built: Path, target: Path) -> Path:
@@ -188,3 +208,42 @@ def fixed_workspace(built: Path, target: Path) -> Path:
     shutil.copytree(built / "environment" / "workspace", target, symlinks=True)
     shutil.copytree(built / "solution" / "files", target, dirs_exist_ok=True)
     return target
+
+
+def _source(spec) -> tuple[Path, str]:
+    """The tree task `spec` patches, and the folder its patches' paths are relative to inside it."""
+    from task_harness.build import TRAINERS, fork_source
+    from task_harness.installed import package_dir
+
+    if spec.trainer == "rlzero":
+        return TRAINERS / spec.trainer, ""
+    if spec.family == "trl":
+        return fork_source(spec), "trl"
+    return package_dir("reference_impl"), "reference_impl"
+
+
+def spec_traces(spec) -> list[str]:
+    """What the bugs of task `spec` leave unused (`unused_by_bugs`); empty: no trace. The files
+    its patches touch are copied and patched twice (setup only, setup and bugs); the others are
+    read where they are."""
+    import tempfile
+
+    from task_harness.build import _apply
+
+    source, prefix = _source(spec)
+    touched = {f for patch in spec.patches for f in patch.mutant.files}
+    with tempfile.TemporaryDirectory(prefix=f"grpo-traces-{spec.id}-") as scratch:
+        buggy, fixed = Path(scratch) / "buggy", Path(scratch) / "fixed"
+        for root in (buggy, fixed):
+            for relative in touched:
+                inside = Path(relative).relative_to(prefix) if prefix else Path(relative)
+                (root / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source / inside, root / relative)
+        _apply(fixed, spec, ("setup",))
+        _apply(buggy, spec, ("setup", "bug"))
+        others = [
+            path
+            for path in source.rglob("*.py")
+            if str(Path(prefix) / path.relative_to(source)) not in touched
+        ]
+        return unused_by_bugs(buggy, fixed, others)
