@@ -1,0 +1,145 @@
+"""Every figure an instruction states is one the agent's own run reproduces.
+
+A task's training script pins its threads and seed, and its instruction states figures as ranges
+wide enough for another machine's float rounding. Each claim below quotes the instruction and
+checks the quoted figure against the logged run (`task_harness/symptoms.py`: the script run
+fixed, the earlier run a user compares with, and with every bug, the run they see now). Every
+number of an instruction is a quoted claim or a setting of the run. The suite checks a few tasks
+(each run costs a training run); `GRPO_FIGURES=all` checks every task that has claims.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from task_harness import symptoms
+from task_harness.agent_env import agent_env
+from task_harness.build import build_task, fork_version
+from task_harness.spec import load_tasks
+
+TASKS = {spec.id: spec for spec in load_tasks()}
+
+
+@dataclass(frozen=True)
+class Claim:
+    quote: str  # the instruction's words, figure included
+    run: str  # "fixed" (the earlier run) or "all bugs" (the run now)
+    holds: Callable[[symptoms.Run], bool]
+
+
+def block(run: symptoms.Run, key: str, index: int) -> float:
+    """Mean of `key` over rollouts 10 * index + 1 .. 10 * index + 10."""
+    return run.blocks(key)[index]
+
+
+def column(run: symptoms.Run, key: str, lines: slice = slice(None)) -> list[float]:
+    return [step[key] for step in run.steps[lines]]
+
+
+def within(value: float | None, low: float, high: float) -> bool:
+    return value is not None and low <= value <= high
+
+
+CLAIMS: dict[str, list[Claim]] = {
+    "rz-format-stop": [
+        Claim(
+            "reached a mean reward above 0.9 within 40\nrollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 40),
+        ),
+        Claim("the first log line already shows `loss +nan`", "all bugs", lambda run: run.nan_loss),
+        Claim(
+            "the second rollout dies with a `RuntimeError`",
+            "all bugs",
+            lambda run: len(run.steps) == 1 and run.crash.startswith("RuntimeError"),
+        ),
+        Claim(
+            "read 1.0000 on every line",
+            "fixed",
+            lambda run: all(value == 1.0 for value in column(run, "ratio_max")),
+        ),
+        Claim(
+            "on the first line it now reads between 1.1 and 1.4",
+            "all bugs",
+            lambda run: within(run.steps[0]["ratio_max"], 1.1, 1.4),
+        ),
+    ],
+}
+SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+
+
+def settings(spec) -> set[str]:
+    """Numbers an instruction may state that are settings of the run, not measured figures."""
+    values = {str(v) for v in spec.train.values() if isinstance(v, int | float)}
+    values |= {"0", "1", "2", "3", "4", "7", "10", "150"}  # counts, the format task's "7"
+    return values
+
+
+def logged_runs(spec) -> dict[str, symptoms.Run]:
+    """The task's script run fixed and with every bug, cut as `symptoms.measure_task` cuts it."""
+    trl = spec.family == "trl"
+    lines = symptoms.TRL_LOG_LINES if trl else symptoms.ROLLOUTS
+    script = "train_grpo.py" if trl else "train.py"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.pop("PYTHONPATH", None)
+    python = agent_env("no-skill", spec.family, fork_version(spec)) / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix=f"grpo-figures-{spec.id}-") as scratch:
+        built = build_task(spec, Path(scratch))
+        workspace = built / "environment" / "workspace"
+        fixed = Path(scratch) / "fixed"
+        shutil.copytree(workspace, fixed, symlinks=True)
+        shutil.copytree(built / "solution" / "files", fixed, dirs_exist_ok=True)
+        return {
+            "fixed": symptoms.train(fixed, lines, script, env, python),
+            "all bugs": symptoms.train(workspace, lines, script, env, python),
+        }
+
+
+def _checked() -> list[str]:
+    if os.environ.get("GRPO_FIGURES") == "all":
+        return sorted(CLAIMS)
+    return SUITE
+
+
+@pytest.mark.parametrize("task_id", sorted(CLAIMS))
+def test_every_figure_of_an_instruction_is_a_quoted_claim_or_a_setting(task_id):
+    spec = TASKS[task_id]
+    text = " ".join(spec.instruction.split())
+    quoted = " ".join(" ".join(claim.quote.split()) for claim in CLAIMS[task_id])
+    for claim in CLAIMS[task_id]:
+        assert " ".join(claim.quote.split()) in text, f"{task_id}: {claim.quote!r} not stated"
+    unchecked = [
+        n
+        for n in NUMBER.findall(text)
+        if n not in NUMBER.findall(quoted) and n not in settings(spec)
+    ]
+    assert not unchecked, f"{task_id}: figures {unchecked} have no claim in this test"
+
+
+@pytest.mark.parametrize("task_id", _checked())
+def test_every_claimed_figure_is_in_the_logged_run(task_id):
+    runs = logged_runs(TASKS[task_id])
+    failed = [
+        f"{claim.quote!r} ({claim.run} run)"
+        for claim in CLAIMS[task_id]
+        if not claim.holds(runs[claim.run])
+    ]
+    assert not failed, f"{task_id}: the logged run does not show {failed}"
+
+
+def test_a_figure_the_run_does_not_reproduce_fails():
+    run = symptoms.Run(steps=[{"reward": 0.0, "loss": math.nan, "length": 2.0, "ratio_max": 1.27}])
+    claim = next(c for c in CLAIMS["rz-format-stop"] if "1.1 and 1.4" in c.quote)
+    assert claim.holds(run)
+    run.steps[0]["ratio_max"] = 1.05
+    assert not claim.holds(run)
