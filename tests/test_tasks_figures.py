@@ -73,6 +73,72 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.steps[0]["ratio_max"], 1.1, 1.4),
         ),
     ],
+    "rz-succ-temperature": [
+        Claim(
+            "reached a mean reward above 0.9 within 40 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 40),
+        ),
+        Claim("the first log line prints `loss +nan`", "all bugs", lambda run: run.nan_loss),
+        Claim(
+            "the second rollout dies with a `RuntimeError`",
+            "all bugs",
+            lambda run: len(run.steps) == 1 and run.crash.startswith("RuntimeError"),
+        ),
+        Claim("reads 1.0000", "all bugs", lambda run: run.steps[0]["ratio_max"] == 1.0),
+        Claim(
+            "averaging between 1.2 and 5 over each block of ten rollouts",
+            "fixed",
+            lambda run: all(within(v, 1.2, 5) for v in run.blocks("ratio_max")),
+        ),
+    ],
+    "rz-eos-stop": [
+        Claim(
+            "reached a mean reward above 0.9 within 40 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 40),
+        ),
+        Claim(
+            "`reward` and `loss` print 0.000 on every line of the first 50 rollouts",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 50
+                and all(v == 0.0 for v in column(run, "reward") + column(run, "loss"))
+            ),
+        ),
+        Claim(
+            "sits between 1.1 and 1.4 on every line",
+            "all bugs",
+            lambda run: all(within(v, 1.1, 1.4) for v in column(run, "ratio_max")),
+        ),
+        Claim(
+            "fell to about 1.00 once the model had learned the answer",
+            "fixed",
+            lambda run: within(run.steps[-1]["ratio_max"], 1.0, 1.01),
+        ),
+    ],
+    "rz-format-kl": [
+        Claim(
+            "reached a mean reward above 0.9 within 40 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 40),
+        ),
+        Claim(
+            "`kl` averaging between 2 and 4 over each block of ten rollouts after the first",
+            "fixed",
+            lambda run: all(within(v, 2, 4) for v in run.blocks("kl")[1:]),
+        ),
+        Claim(
+            "`reward`, `loss` and `kl` print 0.000 and `ratio_max` (the largest importance ratio of"
+            " a step) prints 1.0000 on every line of the first 50 rollouts",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 50
+                and all(v == 0.0 for k in ("reward", "loss", "kl") for v in column(run, k))
+                and all(v == 1.0 for v in column(run, "ratio_max"))
+            ),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
