@@ -139,6 +139,23 @@ CLAIMS: dict[str, list[Claim]] = {
             ),
         ),
     ],
+    "rz-kl-anchor": [
+        Claim(
+            "`kl` used to average between 1 and 3 over rollouts 21-30",
+            "fixed",
+            lambda run: within(block(run, "kl", 2), 1, 3),
+        ),
+        Claim(
+            "its average over each block of ten rollouts stays below 0.1",
+            "all bugs",
+            lambda run: all(v < 0.1 for v in run.blocks("kl")),
+        ),
+        Claim(
+            "prints exactly 1.0000 on every line",
+            "all bugs",
+            lambda run: all(v == 1.0 for v in column(run, "ratio_max")),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
