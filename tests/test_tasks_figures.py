@@ -156,6 +156,36 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(v == 1.0 for v in column(run, "ratio_max")),
         ),
     ],
+    "rz-succ-pairs": [
+        Claim(
+            "a mean reward between 0.5 and 0.9 over rollouts 31-40",
+            "fixed",
+            lambda run: within(block(run, "reward", 3), 0.5, 0.9),
+        ),
+        Claim(
+            "it averages below 0.1 over the first ten rollouts and below 0.01 from rollout 31 on",
+            "all bugs",
+            lambda run: (
+                block(run, "reward", 0) < 0.1
+                and all(v < 0.01 for v in column(run, "reward", slice(30, None)))
+            ),
+        ),
+        Claim(
+            "`kl` averages above 1 over rollouts 31-40 and the loss turns negative",
+            "all bugs",
+            lambda run: block(run, "kl", 3) > 1 and all(v < 0 for v in run.blocks("loss")[1:]),
+        ),
+        Claim(
+            "used to print 1.0000 on every line",
+            "fixed",
+            lambda run: all(v == 1.0 for v in column(run, "ratio_max")),
+        ),
+        Claim(
+            "it now averages between 1.2 and 2 over the first ten rollouts",
+            "all bugs",
+            lambda run: within(block(run, "ratio_max", 0), 1.2, 2),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
