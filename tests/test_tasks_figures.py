@@ -186,6 +186,35 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(block(run, "ratio_max", 0), 1.2, 2),
         ),
     ],
+    "rz-trust-region": [
+        Claim(
+            "reached a mean reward above 0.9 within 40 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 40),
+        ),
+        Claim(
+            "its average over each block of ten rollouts is between 0.02 and 0.12 for the first 50",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 50 and all(within(v, 0.02, 0.12) for v in run.blocks("reward"))
+            ),
+        ),
+        Claim(
+            "The loss averages within 0.01 of zero",
+            "all bugs",
+            lambda run: all(abs(v) < 0.01 for v in run.blocks("loss")),
+        ),
+        Claim(
+            "sits between 1.2 and 1.7 on every line",
+            "all bugs",
+            lambda run: all(within(v, 1.2, 1.7) for v in column(run, "ratio_max")),
+        ),
+        Claim(
+            "drove it to block averages between 2 and 10",
+            "fixed",
+            lambda run: all(within(v, 2, 10) for v in run.blocks("ratio_max")),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
