@@ -215,6 +215,44 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(within(v, 2, 10) for v in run.blocks("ratio_max")),
         ),
     ],
+    "trl017-second-pass": [
+        Claim(
+            "`reward`, both per-function rewards, `loss` and\n`kl` are exactly 0 at every logged step"
+            " of the first 60, and `clip_ratio/region_mean` stays at 0 too",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6
+                and all(
+                    v == 0.0
+                    for k in ("reward", "answer_reward", "brevity_reward", "loss", "kl")
+                    for v in column(run, k) + column(run, "clip_ratio/region_mean")
+                )
+            ),
+        ),
+    ],
+    "trl114-kl-decode": [
+        Claim(
+            "over the first 60 steps the logged `reward` and both per-function rewards are exactly 0"
+            " at every logged step, `loss` and `kl` are 0 as well",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6
+                and all(
+                    v == 0.0
+                    for k in ("reward", "answer_reward", "brevity_reward", "loss", "kl")
+                    for v in column(run, k)
+                )
+            ),
+        ),
+        Claim(
+            "`entropy` stays at its first logged value, about 2.8",
+            "all bugs",
+            lambda run: (
+                within(run.steps[0]["entropy"], 2.7, 2.9)
+                and all(abs(v - run.steps[0]["entropy"]) < 0.01 for v in column(run, "entropy"))
+            ),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
