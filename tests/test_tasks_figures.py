@@ -253,6 +253,18 @@ CLAIMS: dict[str, list[Claim]] = {
             ),
         ),
     ],
+    "trl-skillsbench-trio": [
+        Claim(
+            "At every logging step of the run the logged `reward` is 0, `frac_reward_zero_std` is 1"
+            " and `grad_norm` is 0",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6
+                and all(v == 0.0 for v in column(run, "reward") + column(run, "grad_norm"))
+                and all(v == 1.0 for v in column(run, "frac_reward_zero_std"))
+            ),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
