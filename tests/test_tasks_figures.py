@@ -24,7 +24,7 @@ import pytest
 from task_harness import symptoms
 from task_harness.agent_env import agent_env
 from task_harness.build import build_task, fork_version
-from task_harness.spec import load_tasks
+from task_harness.spec import TRL_REWARD_WEIGHTS, load_tasks
 
 TASKS = {spec.id: spec for spec in load_tasks()}
 
@@ -265,6 +265,40 @@ CLAIMS: dict[str, list[Claim]] = {
             ),
         ),
     ],
+    "trl021-frozen-weights": [
+        Claim(
+            "`clip_ratio/region_mean` is exactly 0 at every logged step",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6 and all(v == 0.0 for v in column(run, "clip_ratio/region_mean"))
+            ),
+        ),
+        Claim(
+            "it was above 0 at every logged step",
+            "fixed",
+            lambda run: all(v > 0.0 for v in column(run, "clip_ratio/region_mean")),
+        ),
+        Claim(
+            "should never exceed 1.1, yet it passes 1.1 by step 60",
+            "all bugs",
+            lambda run: run.steps[5]["reward"] > 1.1,
+        ),
+        Claim(
+            "falls from above 3 to below 2.5",
+            "all bugs",
+            lambda run: run.steps[0]["length"] > 3 and run.steps[5]["length"] < 2.5,
+        ),
+        Claim(
+            "only between 0.2 and 0.5 at step 60",
+            "all bugs",
+            lambda run: within(run.steps[5]["answer_reward"], 0.2, 0.5),
+        ),
+        Claim(
+            "(between 0.5 and 0.8 in the earlier run)",
+            "fixed",
+            lambda run: within(run.steps[5]["answer_reward"], 0.5, 0.8),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -274,6 +308,7 @@ def settings(spec) -> set[str]:
     """Numbers an instruction may state that are settings of the run, not measured figures."""
     values = {str(v) for v in spec.train.values() if isinstance(v, int | float)}
     values |= {"0", "1", "2", "3", "4", "7", "10", "150"}  # counts, the format task's "7"
+    values |= {str(w) for w in TRL_REWARD_WEIGHTS}  # train_grpo.py's reward_weights
     return values
 
 
