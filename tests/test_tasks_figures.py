@@ -299,6 +299,24 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.steps[5]["answer_reward"], 0.5, 0.8),
         ),
     ],
+    "trl017-tempered-weights": [
+        Claim(
+            "should never exceed 1.1, yet it passes 1.1 by step 60",
+            "all bugs",
+            lambda run: len(run.steps) == 6 and run.steps[5]["reward"] > 1.1,
+        ),
+        Claim(
+            "within the first 30 steps (`completions/mean_length` falls from above 3 to below 2.5)",
+            "all bugs",
+            lambda run: run.steps[0]["length"] > 3 and run.steps[2]["length"] < 2.5,
+        ),
+        Claim("`kl` is above 1.3 at step 60", "all bugs", lambda run: run.steps[5]["kl"] > 1.3),
+        Claim(
+            "kept completions above 3.4 tokens and had a `kl` below 1.3 at step 60",
+            "fixed",
+            lambda run: all(v > 3.4 for v in column(run, "length")) and run.steps[5]["kl"] < 1.3,
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -309,6 +327,8 @@ def settings(spec) -> set[str]:
     values = {str(v) for v in spec.train.values() if isinstance(v, int | float)}
     values |= {"0", "1", "2", "3", "4", "7", "10", "150"}  # counts, the format task's "7"
     values |= {str(w) for w in TRL_REWARD_WEIGHTS}  # train_grpo.py's reward_weights
+    if spec.trl_version:  # "TRL 0.17's defaults"
+        values.add(spec.trl_version.rsplit(".", 1)[0])
     return values
 
 
