@@ -14,11 +14,13 @@ import importlib.metadata
 import importlib.util
 import json
 import shutil
+import time
 import tomllib
 from pathlib import Path
 
 from task_harness.installed import package_dir
 from task_harness.spec import TaskSpec
+from task_harness.traces import stamp
 from task_harness.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -107,7 +109,7 @@ def _apply(root: Path, spec: TaskSpec, kinds: tuple[str, ...]) -> set[str]:
     for patch in spec.patches:
         if patch.kind in kinds:
             patch.mutant.apply(root)
-            touched.add(patch.mutant.file)
+            touched.update(patch.mutant.files)
     return touched
 
 
@@ -137,7 +139,7 @@ def _build_reference(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path
         shutil.copytree(package_dir("reference_impl"), root / "reference_impl", ignore=IGNORE)
     _apply(intended, spec, ("setup",))
     _apply(buggy, spec, ("setup", "bug"))
-    touched = {p.mutant.file for p in spec.patches if p.kind == "bug"}
+    touched = {f for p in spec.patches if p.kind == "bug" for f in p.mutant.files}
     _renamed_package(buggy / "reference_impl", workspace / PACKAGE)
     _renamed_package(intended / "reference_impl", tests / "expected" / PACKAGE)
     for relative in touched:
@@ -166,7 +168,7 @@ def _build_independent(spec: TaskSpec, scratch: Path, workspace: Path, tests: Pa
     _apply(buggy, spec, ("setup", "bug"))
     shutil.copytree(buggy / name, workspace / name)
     shutil.copytree(intended / name, tests / "expected" / name)
-    for relative in {p.mutant.file for p in spec.patches if p.kind == "bug"}:
+    for relative in {f for p in spec.patches if p.kind == "bug" for f in p.mutant.files}:
         target = files / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(intended / relative, target)
@@ -181,13 +183,14 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     shutil.copytree(fork_source(spec), source / "trl", ignore=IGNORE)
     intended = scratch / "intended"
     for patch in spec.patches:
-        target = intended / patch.mutant.file
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source / patch.mutant.file, target)
+        for relative in patch.mutant.files:
+            target = intended / relative
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source / relative, target)
     _apply(intended, spec, ("setup",))
     _apply(source, spec, ("setup", "bug"))
-    for relative in {p.mutant.file for p in spec.patches if p.kind == "bug"}:
+    for relative in {f for p in spec.patches if p.kind == "bug" for f in p.mutant.files}:
         target = files / "trl" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(intended / relative, target)
@@ -280,6 +283,9 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         from skill_installer import install_skill
 
         install_skill(workspace)
+    # One modification time for every file: the patched ones must not be the newest (the fork's
+    # copy keeps the installed release's times, each patch writes its file anew).
+    stamp(root, int(time.time()))
     return root
 
 

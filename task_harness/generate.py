@@ -8,7 +8,9 @@ holds (a temperature below 1 for "temperature != 1", several passes for "passes 
 task's own conventions (eps, std estimator, trust region, loss normaliser) are drawn too
 (`task_harness/conventions.py`), so that no other task's fixed trainer is this one's.
 
-Then the task is measured (`task_harness/symptoms.py`): its `train.py` runs fixed, with every bug
+A draw whose patches together leave a name unused that the fixed trainer uses (an import, a
+helper, a parameter: `task_harness/traces.py`) is redrawn: a generated workspace carries no more
+trace of its bugs than a shipped one. Then the task is measured (`task_harness/symptoms.py`): its `train.py` runs fixed, with every bug
 and with each bug alone. A bug whose run a user could not tell from the fixed one is redrawn, and
 the instruction reports what the run with every bug shows against the fixed run: outcomes, never
 the mechanism. Unless told not to (`verify=False`), the task is then verified as `tasks verify`
@@ -29,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from task_harness import conventions, symptoms
-from task_harness.mutants import Mutant
+from task_harness import conventions, symptoms, traces
+from task_harness.mutants import Mutant, MutantError
 from task_harness.spec import TASKS_DIR, Bug, load_task, load_tasks
 
 LOSS_STAGES = {"ratio", "clipping", "kl", "loss_aggregation"}
@@ -188,6 +190,7 @@ def write_task(
             "replace": d.mutant.replace,
             "source": d.mutant.source,
         }
+        | ({"hunks": [dict(h) for h in d.mutant.hunks]} if d.mutant.hunks else {})
         for d in bugs
     ]
     (folder / "patches.yaml").write_text(yaml.safe_dump(patches, sort_keys=False, width=100))
@@ -214,6 +217,20 @@ def instruction(train: dict, sentences: list[str]) -> str:
         "`rlzero/tiny.py`."
     )
     return textwrap.fill(report, 99) + "\n\n" + textwrap.fill(ask, 99) + "\n"
+
+
+def leaves_traces(folder: Path, bugs: list[Drawable]) -> list[str]:
+    """The drawn bugs to redraw because together they leave a name unused that the fixed trainer
+    uses (`traces.spec_traces`): those whose patches touch a file the finding names, else all;
+    or, when one bug's patch no longer applies after another's, the later of the two."""
+    try:
+        found = traces.spec_traces(load_task(folder))
+    except MutantError as error:
+        return [d.bug.id for d in bugs if d.bug.id in str(error)] or [d.bug.id for d in bugs]
+    if not found:
+        return []
+    named = [d.bug.id for d in bugs if any(f in line for f in d.mutant.files for line in found)]
+    return named or [d.bug.id for d in bugs]
 
 
 def measure(folder: Path, bugs: list[Drawable]) -> tuple[list[str], list[str]]:
@@ -271,7 +288,11 @@ def generate_task(seed: int, num_bugs: int, out: Path, verify: bool = True) -> P
         drawn = conventions.draw(rng, decoy.id)
         train = train_config(bugs)
         write_task(folder, bugs, decoy, train, [], drawn)
-        sentences, unseen = measure(folder, bugs)
+        unseen = leaves_traces(folder, bugs)
+        if unseen:
+            sentences = []
+        else:
+            sentences, unseen = measure(folder, bugs)
         if not unseen:
             write_task(folder, bugs, decoy, train, sentences, drawn)
             if not verify:

@@ -33,6 +33,15 @@ class Mutant:
     description: str
     symptom: str = ""
     source: str = ""  # the public bug report or paper it imitates, if any
+    # Further replacements the same bug makes, each {file, find, replace}: what an author who
+    # believed the bug would also have written (the docstring it makes untrue, the import it no
+    # longer needs), so that no text states the intended behaviour beside the bug.
+    hunks: tuple[dict, ...] = ()
+
+    @property
+    def files(self) -> list[str]:
+        """Every file the mutant changes, its main file first."""
+        return list(dict.fromkeys([self.file, *(h["file"] for h in self.hunks)]))
 
     def apply_to_text(self, text: str) -> str:
         count = text.count(self.find)
@@ -46,6 +55,16 @@ class Mutant:
         """Mutate `root / file` in place (root is a copy, never the original tree)."""
         path = root / self.file
         path.write_text(self.apply_to_text(path.read_text()))
+        for hunk in self.hunks:
+            path = root / hunk["file"]
+            text = path.read_text()
+            count = text.count(hunk["find"])
+            if count != 1:
+                raise MutantError(
+                    f"mutant {self.id}: a hunk's `find` occurs {count} times in {hunk['file']}, "
+                    "expected once"
+                )
+            path.write_text(text.replace(hunk["find"], hunk["replace"]))
 
 
 def load_corpus(name: str, corpus_dir: Path = CORPUS_DIR) -> list[Mutant]:

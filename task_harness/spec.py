@@ -211,6 +211,7 @@ def load_task(folder: Path) -> TaskSpec:
         kind = entry.pop("kind", "bug")
         entry.setdefault("stage", "decode")
         entry.setdefault("description", "")
+        entry["hunks"] = tuple(entry.get("hunks", ()))
         try:
             patches.append(Patch(entry["id"], kind, Mutant(**entry)))
         except (TypeError, KeyError) as error:

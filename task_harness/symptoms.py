@@ -38,6 +38,10 @@ TRL_COLUMNS = {
     "entropy": "entropy",
     "grad_norm": "grad_norm",
     "clip_ratio/region_mean": "clip_ratio/region_mean",
+    # Read by instructions' figures (tests/test_tasks_figures.py), compared by nothing here.
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "rewards/answer_reward/mean": "answer_reward",
+    "rewards/brevity_reward/mean": "brevity_reward",
 }
 # How far apart two runs must be for a user to notice (block means of ten rollouts).
 REWARD_GAP, LENGTH_GAP, STAT_FACTOR = 0.15, 0.5, 1.5

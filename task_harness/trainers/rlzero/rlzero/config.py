@@ -22,8 +22,7 @@ class RunConfig:
     max_new_tokens: int = 2
     """Tokens sampled per completion at most; also the loss normaliser's length (see objective)."""
     temperature: float = 1.0
-    """Sampling temperature; scoring divides the logits by the same value, so the log-probs the
-    loss uses are those of the distribution that was sampled."""
+    """Softmax temperature (1: the model's own distribution)."""
     lr: float = 3e-3
     """AdamW step size; a randomly initialised tiny model needs a large one."""
     clip_low: float = 0.2
@@ -32,13 +31,11 @@ class RunConfig:
     """The ratio may rise to 1 + clip_high: DAPO's clip-higher (arXiv:2503.14476), which keeps
     rare good tokens from being capped early; wider than clip_low on purpose."""
     kl_coef: float = 0.0
-    """Weight of the k3 KL penalty against a frozen copy of the initial policy; 0 builds none."""
+    """Weight of the k3 KL term against the reference policy (the initial one); 0 builds none."""
     adv_eps: float = 1e-6
-    """Added to the group std before dividing, so a group whose rewards barely differ gets small
-    advantages, not huge ones."""
+    """The epsilon of the advantages' normalisation (rlzero.advantages)."""
     passes: int = 1
-    """Optimizer steps on each rollout (PPO epochs, mu). Above 1 the rollout is off policy
-    after the first step, and the ratio against the rollout's own log-probs matters."""
+    """Optimizer steps on each rollout (PPO epochs, mu)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip before each optimizer step."""
     reward_weights: tuple[float, ...] | None = None

@@ -73,7 +73,7 @@ class Learner:
         )
         mask = completion_tokens_mask(completions, tok.eos_token_id)
 
-        # What the reward functions see: each completion up to its first EOS, EOS included.
+        # What the reward functions see: the counted tokens of each completion.
         lengths = mask.sum(1).tolist()
         token_ids = [ids[:n] for ids, n in zip(completions.tolist(), lengths, strict=True)]
         texts = tok.batch_decode(token_ids, skip_special_tokens=True)
@@ -88,8 +88,7 @@ class Learner:
         input_ids = torch.cat([enc["input_ids"].repeat_interleave(G, 0), completions], 1)
         attention_mask = torch.cat([enc["attention_mask"].repeat_interleave(G, 0), mask], 1)
         # The sampler's own log-probs are the old policy's (no second forward pass, as with
-        # vLLM-served rollouts): the scorer must compute the same numbers, or the first pass's
-        # ratio is not 1.
+        # vLLM-served rollouts).
         old_logp = sampled_logp * mask
         ref_logp = None
         if self.reference is not None:
@@ -101,8 +100,7 @@ class Learner:
 
     def learn(self, batch: Rollout) -> tuple[float, dict[str, float]]:
         """`cfg.passes` optimizer steps on one rollout; the last loss, and statistics: the last
-        pass's, with `ratio_max` the largest ratio of any pass (1 on the first, up to float
-        error, since the rollout's policy and the scored one are the same)."""
+        pass's, with `ratio_max` the largest ratio of any pass."""
         cfg = self.cfg
         n_new = batch.completion_mask.size(1)
         ratio_max = 0.0
