@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from task_harness import traces
+from task_harness import conventions, traces
 from task_harness.build import build_task
 from task_harness.generate import draw, load_corpus, train_config, write_task
 from task_harness.spec import load_task, load_tasks
@@ -70,13 +70,14 @@ def test_no_generated_task_leaves_a_name_unused(tmp_path):
     for seed in range(12):
         rng = random.Random(seed)
         bugs = draw(corpus.bugs, rng, 2 + seed % 3, set())
+        decoy = rng.choice(corpus.decoys)
         folder = write_task(
             tmp_path / f"gen-s{seed}",
-            corpus,
             bugs,
-            rng.choice(corpus.decoys),
+            decoy,
             train_config(bugs),
             [],
+            conventions.draw(rng, decoy.id),
         )
         found = traces.spec_traces(load_task(folder))
         assert found == [], f"bugs {[d.bug.id for d in bugs]} leave {found}"
@@ -100,7 +101,7 @@ def test_a_generated_task_has_one_modification_time(tmp_path):
     corpus = load_corpus()
     rng = random.Random(1)
     bugs = draw(corpus.bugs, rng, 3, set())
-    folder = write_task(
-        tmp_path / "gen-s1-k3", corpus, bugs, rng.choice(corpus.decoys), train_config(bugs), []
-    )
+    decoy = rng.choice(corpus.decoys)
+    drawn = conventions.draw(rng, decoy.id)
+    folder = write_task(tmp_path / "gen-s1-k3", bugs, decoy, train_config(bugs), [], drawn)
     _one_time(build_task(load_task(folder), tmp_path / "built"))
