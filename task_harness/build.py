@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import time
 import tomllib
@@ -20,7 +21,6 @@ from pathlib import Path
 
 from task_harness.installed import package_dir
 from task_harness.spec import TaskSpec
-from task_harness.traces import stamp
 from task_harness.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -231,6 +231,17 @@ def protected_files(spec: TaskSpec) -> list[str]:
     if spec.family == "trl" and spec.toml["grpo"].get("tokenizer"):
         files.append("model/tokenizer_config.json")
     return files
+
+
+def stamp(root: Path, when: float) -> None:
+    """Give every file and folder under `root` (itself included) the modification time `when`,
+    so that no file a patch rewrote is newer than the rest."""
+    for folder, dirs, files in os.walk(root):
+        for name in files + dirs:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                os.utime(path, (when, when))
+    os.utime(root, (when, when))
 
 
 def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:

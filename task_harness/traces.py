@@ -9,7 +9,8 @@ buggy one with the oracle's files laid over it):
   find in the fixed ones (an import left unused, a local assigned and never read), no function,
   class or import that the fixed code reads and the buggy code no longer reads anywhere (the
   right helper left defined beside the bug), and no parameter a function no longer reads;
-- one modification time for every workspace file (`stamp` gives it; `mtimes` reads it back).
+- one modification time for every workspace file (`task_harness/build.py`'s `stamp` gives it;
+  `mtimes` reads it back).
 
 The rest of the rule (a docstring, comment, help text or sibling branch that states the intended
 behaviour at the bug site) is for the patch's author: see README.md's task-authoring section.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -28,17 +28,6 @@ from collections import Counter
 from pathlib import Path
 
 RUFF_RULES = "F"
-
-
-def stamp(root: Path, when: float) -> None:
-    """Give every file and folder under `root` (itself included) the modification time `when`,
-    so that no file a patch rewrote is newer than the rest."""
-    for folder, dirs, files in os.walk(root):
-        for name in files + dirs:
-            path = Path(folder) / name
-            if not path.is_symlink():
-                os.utime(path, (when, when))
-    os.utime(root, (when, when))
 
 
 def mtimes(root: Path) -> dict[str, int]:

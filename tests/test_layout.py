@@ -202,6 +202,8 @@ def wheel_venv(tmp_path_factory) -> Path:
         check=True,
     ).stdout.strip()
     (Path(site) / "development-dependencies.pth").write_text(f"{dependencies}\n")
+    # ruff, a dependency of grpo-skill-tasks, is a binary that pip puts beside the venv's python
+    (venv / "bin" / "ruff").symlink_to(Path(sys.executable).parent / "ruff")
     return venv
 
 

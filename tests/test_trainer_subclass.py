@@ -47,9 +47,10 @@ def _forget_adapter() -> None:
 def check_target(target: str, grpo_config: str | None, stages: list[str]) -> dict:
     """The checks of `stages` (all when empty) on one target, as the command line runs them."""
     from checker.candidate import TargetError, load_candidate, resolve_target
-    from checker.checks import all_checks, run_one
+    from checker.checks import all_checks
     from checker.coverage import uncovered
     from checker.diagnosis import diagnose
+    from checker.runner import run_one
 
     _forget_adapter()
     try:
