@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from task_harness.agent_env import agent_env
+from task_harness.agent_env import agent_env, cache_dir
 from task_harness.installed import guarded_trees
 from task_harness.shortcuts import SHORTCUTS, ShortcutUnavailable, take
 from task_harness.verifier import jail
@@ -256,6 +256,8 @@ def run_trial(
             "GRPO_TASK_PYTHON": sys.executable,
             "GRPO_TASK_LOGS": str(logs),
             "GRPO_TASK_AGENT_ENV": str(python_env),
+            # Out of every view: the verifier keeps what it computes from its own files there.
+            "GRPO_TASK_CACHE": str(cache_dir() / "verifier"),
         }
         done = subprocess.run(
             ["bash", str(root / "tests" / "test.sh")],

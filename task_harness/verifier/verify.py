@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -488,6 +489,47 @@ def _decoy_problems(task: dict, seen: dict, intended: dict) -> dict[str, list[st
     }
 
 
+def intended_observations(checks: list[str], named: list[str]) -> dict:
+    """The probes of `checks` and `named` on the intended rlzero (`expected/`), run here.
+
+    The local runner names a cache folder of its own ($GRPO_TASK_CACHE, outside every view, so
+    no agent code can write there) where the result is kept under a digest of everything it
+    depends on: `expected/`, the probes, the job and the torch and transformers releases. A
+    `tasks verify` then computes it once for its oracle, nop and baseline trials, not five times.
+    Without the variable (Harbor) it is computed every time."""
+    import rlzero_probes
+
+    sys.path.insert(0, str(TESTS_DIR / "expected"))
+    cache = os.environ.get("GRPO_TASK_CACHE")
+    if not cache:
+        return _as_plain(rlzero_probes.observe(checks, named))
+    import torch
+    import transformers
+
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                tree_digest(TESTS_DIR / "expected", "*"),
+                sha256(TESTS_DIR / "rlzero_probes.py"),
+                sha256(TESTS_DIR / "plain.py"),
+                torch.__version__,
+                transformers.__version__,
+                checks,
+                named,
+            ]
+        ).encode()
+    ).hexdigest()[:32]
+    path = Path(cache) / f"rlzero-intended-{key}.json"
+    if path.is_file():
+        return plain.load(path)
+    intended = _as_plain(rlzero_probes.observe(checks, named))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    plain.dump(intended, partial)
+    os.replace(partial, path)  # concurrent verifiers of one task each write it whole
+    return intended
+
+
 def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
     """Every probe of a bug's stage, and every probe a decoy names, must give what the task's
     own trainer without its bugs (`expected/`) gives: its conventions are the intended ones, so
@@ -501,8 +543,7 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
     seen, cause = children.observe(job)
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
-    sys.path.insert(0, str(TESTS_DIR / "expected"))
-    intended = _as_plain(rlzero_probes.observe(checks, named))
+    intended = intended_observations(checks, named)
     problems: dict[str, list[str]] = {stage: [] for stage in checks}
     for name, expected in intended.items():
         stage = rlzero_probes.PROBES[name][0]
