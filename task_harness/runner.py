@@ -210,7 +210,9 @@ def run_trial(
         )
     task = json.loads((built / "tests" / "task.json").read_text())
     python_env = agent_env(condition, task["family"], task.get("fork_version"))
-    with tempfile.TemporaryDirectory(prefix=f"grpo-trial-{task_id}-") as scratch:
+    # No task id in the folder's name: the view's mount table shows its host paths, and an id
+    # such as "rz-accum-kl" names the bugs.
+    with tempfile.TemporaryDirectory(prefix="grpo-trial-") as scratch:
         root = Path(scratch)
         view = prepare_view(root / "agent", built, skill, python_env, agent_files, host_network)
         workspace = view.workspace

@@ -59,7 +59,8 @@ LIST_EVERYTHING = (
     "print('\\n'.join(sorted(d.metadata['Name'] for d in m.distributions())))\" "
     "> /home/agent/dists.txt; "
     "python -c 'import checker' > /home/agent/import.txt 2>&1; echo $? >> /home/agent/import.txt; "
-    "id -u > /home/agent/uid.txt; env > /home/agent/env.txt; true"
+    "id -u > /home/agent/uid.txt; env > /home/agent/env.txt; "
+    "cat /proc/self/mountinfo > /home/agent/mounts.txt; true"
 )
 
 
@@ -111,6 +112,9 @@ def test_the_local_runners_agent_sees_only_its_condition(reference_task, tmp_pat
     assert (home / "uid.txt").read_text().strip() == str(jail.UID)
     env = (home / "env.txt").read_text()
     assert "GRPO_RUNNER_ONLY" not in env and "PYTHONPATH" not in env and "GRPO_" not in env
+    mounts = (home / "mounts.txt").read_text()
+    assert "/app" in mounts, "no mount table read: the check below would pass vacuously"
+    assert reference_task.name not in mounts, "the view's mount table names the task"
     if condition == "skill":
         assert "/app/.claude/skills/grpo/SKILL.md" in files
         assert "/opt/venv/bin/grpo-check" in files
