@@ -19,7 +19,7 @@ from rich.text import Text
 
 from checker import __version__
 from checker.candidate import KINDS, TargetError, resolve_target
-from checker.checks import CheckResult
+from checker.checks import CheckResult, all_checks
 from checker.coverage import uncovered
 from checker.diagnosis import diagnose
 from checker.profile import (
@@ -30,7 +30,7 @@ from checker.profile import (
     yaml_text,
 )
 from checker.report import print_table, shown, to_json, write_junit
-from checker.sandbox import CandidateLoadError, run_isolated
+from checker.sandbox import CandidateLoadError, run_in_process, run_isolated
 from reference_impl.protocol import DEFAULTS, STAGES
 
 DEFAULT_SEED = 1234
@@ -49,9 +49,27 @@ def run_check(
 ) -> tuple[str, list[CheckResult], dict | None]:
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
     spec = resolve_target(target, kind, grpo_config)
-    results = run_isolated(spec, stages, seed, timeout, workers, log)
-    results += finding_results(spec, stages)
+    results = collect_results(spec, stages, seed, timeout, workers, log)
     return spec.kind, results, diagnose(results)
+
+
+def collect_results(
+    spec,
+    stages: tuple[str, ...] = (),
+    seed: int = DEFAULT_SEED,
+    timeout: float = DEFAULT_TIMEOUT,
+    workers: int = 2,
+    log=lambda _: None,
+    isolated: bool = True,
+) -> list[CheckResult]:
+    """What every front end reports (the CLI, the pytest plugin): the checks' results, then each
+    profile finding the YAML keeps (`findings:`) as a failure. `isolated=False` runs the checks in
+    this process."""
+    if isolated:
+        results = run_isolated(spec, stages, seed, timeout, workers, log)
+    else:
+        results = run_in_process(spec, all_checks(stages), seed)
+    return results + finding_results(spec, stages)
 
 
 @click.command("check")
