@@ -23,9 +23,10 @@ import trl.trainer.grpo_trainer as grpo_module
 from trl import GRPOTrainer
 
 from checker.adapters import trl_version
+from reference_impl.trl_semantics import parse, value
 
 RELEASE_TEXT = trl_version.version_of(Path(trl.__file__).resolve().parent.parent) or "unknown"
-RELEASE = trl_version.parse(RELEASE_TEXT)
+RELEASE = parse(RELEASE_TEXT)
 
 # 1.15+: GRPOTrainer scores through a fused LM head (`add_fused_lm_head`) whose arithmetic is in
 # `trl/kernels/chunked_logprob.py`; before, through `trl.trainer.utils.selective_log_softmax`.
@@ -41,7 +42,7 @@ LOGPS_METHOD = next(
 
 # A list of EOS ids (`self.eos_token_ids`, matched with torch.isin) only from 1.14.2; before, the
 # mask ends at the tokenizer's one `eos_token_id`.
-EOS_ID_LIST = RELEASE >= (1, 14, 2)
+EOS_ID_LIST = value("eos_token_ids", RELEASE) == "all"
 
 
 def config_fields(config_cls: type) -> set[str]:

@@ -37,6 +37,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from checker.adapters.trl_shims import FUSED_LM_HEAD, LOGPS_METHOD, config_fields
 from reference_impl.tiny import tiny_model_path
+from reference_impl.trl_semantics import CONVENTION_FIELDS
 
 # The trainer is built with a non-unit temperature so that what TRL's __init__ does with it (the
 # fused LM head's temperature, the GenerationConfig's temperature) can be told apart from "ignored".
@@ -48,24 +49,11 @@ GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
 # ---------------------------------------------------------------------------------------------
 # The class under check: TRL's GRPOTrainer, or a user's subclass of it with the user's config
 
-# The GRPOConfig fields whose values the checks compare against (`trl_conventions`); a user's
-# config keeps them, and its own fields (those of a GRPOConfig subclass). Every other GRPOConfig
-# field (device, precision, batch sizes, vLLM, logging, ...) is the offline recipe's or the
-# release's default: the checks drive each stage on the tiny model with given inputs.
-CONVENTION_FIELDS = (
-    "loss_type",
-    "scale_rewards",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "delta",
-    "importance_sampling_level",
-    "use_bias_correction_kl",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "mask_truncated_completions",
-    "temperature",
-)
+# A user's config keeps the GRPOConfig fields whose values the checks compare against
+# (`CONVENTION_FIELDS`, compared in `trl_conventions`), and its own fields (those of a GRPOConfig
+# subclass). Every other GRPOConfig field (device, precision, batch sizes, vLLM, logging, ...) is
+# the offline recipe's or the release's default: the checks drive each stage on the tiny model
+# with given inputs.
 
 
 @dataclass

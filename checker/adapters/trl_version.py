@@ -15,6 +15,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from reference_impl.trl_semantics import parse
+
 OLDEST = (0, 17)  # the first minor release whose GRPOTrainer the adapter drives
 NEWEST = (1, 16)  # the last one (every patch release of it)
 SUPPORTED_RANGE = "0.17.0 to 1.16.x"
@@ -82,19 +84,6 @@ def version_of(root: Path) -> str | None:
         return importlib.metadata.version("trl")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def parse(version: str) -> tuple[int, ...]:
-    """`"0.22.2"` -> (0, 22, 2); a local or pre-release suffix is ignored (`1.16.0.dev0` -> (1, 16, 0))."""
-    numbers = []
-    for part in version.split("+")[0].split("."):
-        digits = re.match(r"\d+", part)
-        if digits is None:
-            break
-        numbers.append(int(digits.group()))
-        if digits.group() != part:
-            break
-    return tuple(numbers)
 
 
 def unsupported_reason(version: str | None) -> str | None:
