@@ -167,24 +167,44 @@ def check(
     help="Write the measured conventions as the stage protocol's YAML.",
 )
 @click.option("--timeout", type=float, default=PROFILE_TIMEOUT, show_default=True)
-def profile(target: str, kind: str, as_json: bool, write_path: str | None, timeout: float) -> None:
+@click.option(
+    "--config",
+    "grpo_config",
+    metavar="FILE.py:NAME",
+    help="The GRPOConfig (or dict of its fields) a trainer (FILE.py:CLASS, trl) is built with.",
+)
+def profile(
+    target: str,
+    kind: str,
+    as_json: bool,
+    write_path: str | None,
+    timeout: float,
+    grpo_config: str | None,
+) -> None:
     """Measure TARGET's conventions (advantage epsilon and std, aggregation, clipping, KL, ...).
 
-    Known bugs are reported as findings (exit 1) and never written as conventions.
+    TARGET is what `grpo-check TARGET` takes, a GRPOTrainer subclass with its `--config` among
+    them. Known bugs are reported as findings (exit 1) and never written as conventions.
     """
     try:
-        spec = resolve_target(target, kind)
-        if write_path and spec.kind != "functions":
+        spec = resolve_target(target, kind, grpo_config)
+        if write_path and spec.kind != "functions" and spec.trainer is None:
             raise TargetError(
-                f"--write needs a .py, module or YAML target, not the {spec.kind} kind"
+                f"--write needs a .py, module, YAML or FILE.py:CLASS target, not the {spec.kind} kind"
             )
+        if write_path and not Path(write_path).resolve().parent.is_dir():
+            raise TargetError(f"--write {write_path}: no such folder")
         with Console(stderr=True).status(f"grpo-check profile {target}", spinner="dots"):
             measured = run_profile(spec, timeout)
     except (TargetError, ProfileError) as error:
         click.echo(f"grpo-check: {error}", err=True)
         sys.exit(2)
     if write_path:
-        Path(write_path).write_text(yaml_text(spec, measured, Path(write_path)))
+        try:
+            Path(write_path).write_text(yaml_text(spec, measured, Path(write_path)))
+        except OSError as error:
+            click.echo(f"grpo-check: --write {write_path}: {error.strerror}", err=True)
+            sys.exit(2)
     if as_json:
         document = {"target": target, "kind": spec.kind, "version": __version__}
         document |= {"conventions": measured.conventions, "findings": measured.findings}
