@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from checker.adapters.trl_shims import RELEASE, config_defaults, config_fields
+from checker.adapters.trl_shims import RELEASE
 from reference_impl.protocol import LOSS_TYPES
+from reference_impl.trl_driver import bool_scale_rewards, config_defaults, config_fields
 from reference_impl.trl_semantics import loss_types, value
 
 # dapo's and cispo's num_items_in_batch counts the whole generation batch (S micro-batches); from
@@ -64,7 +65,7 @@ def supported(config_cls: type) -> dict[str, list]:
     values: dict[str, list] = {
         "loss_type": [t for t in LOSS_TYPES if t in loss_types(RELEASE)],
     }
-    if isinstance(config_defaults(config_cls)["scale_rewards"], bool):
+    if bool_scale_rewards(config_cls):
         values["scale_rewards"] = ["group", "none"]
     if "delta" not in have:
         values["delta"] = [None]
