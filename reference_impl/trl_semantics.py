@@ -110,6 +110,11 @@ LOSS_TYPE_SINCE: dict[str, Release] = {
     "sapo": (0, 26, 2),
 }
 
+# The releases whose GRPOTrainer grpo-check drives (every patch release of each minor), and those
+# that need triton to train (1.15's GRPOTrainer imports its kernels unconditionally; a CPU torch has
+# no triton). (first minor, last minor)
+SUPPORTED_MINORS: tuple[Release, Release] = ((0, 17), (1, 16))
+TRITON_MINORS: tuple[Release, Release] = ((1, 15), (1, 15))
 # What a release needs beside it to import: TRL 0.17-0.26 import only with transformers 4 (in
 # transformers 5 `_is_package_available("vllm")` is a tuple, always true, 0.17.0
 # `trl/import_utils.py`); 0.29-1.8 import `requests` without declaring it (1.8.0
@@ -174,6 +179,16 @@ def semantics(version: str) -> dict:
 
 def _minor_in(version: str, minors: tuple[Release, Release]) -> bool:
     return minors[0] <= parse(version)[:2] <= minors[1]
+
+
+def supported(version: str) -> bool:
+    """True for the releases grpo-check drives (SUPPORTED_MINORS)."""
+    return _minor_in(version, SUPPORTED_MINORS)
+
+
+def needs_triton(version: str) -> bool:
+    """True for the releases (1.15) whose GRPOTrainer cannot train without triton."""
+    return _minor_in(version, TRITON_MINORS)
 
 
 def needs_transformers4(version: str) -> bool:
