@@ -25,6 +25,7 @@ import trl.trainer.grpo_trainer as grpo_module
 from trl import GRPOTrainer
 
 from checker.adapters import trl_version
+from reference_impl import trl_driver
 from reference_impl.trl_driver import logps_of, score, scoring_method
 from reference_impl.trl_semantics import parse, value
 
@@ -34,6 +35,11 @@ RELEASE = parse(RELEASE_TEXT)
 # 1.15+: GRPOTrainer scores through a fused LM head (`add_fused_lm_head`) whose arithmetic is in
 # `trl/kernels/chunked_logprob.py`; before, through `trl.trainer.utils.selective_log_softmax`.
 FUSED_LM_HEAD = hasattr(grpo_module, "add_fused_lm_head")
+
+# Moved to the driver the task verifier shares; these names stay for importers.
+config_fields = trl_driver.config_fields
+config_defaults = trl_driver.config_defaults
+scale_rewards_setting = trl_driver.scale_rewards_setting
 
 # The scoring method's name (`reference_impl.trl_driver.SCORING_METHODS`).
 LOGPS_METHOD = scoring_method(GRPOTrainer)

@@ -49,12 +49,6 @@ GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
 # ---------------------------------------------------------------------------------------------
 # The class under check: TRL's GRPOTrainer, or a user's subclass of it with the user's config
 
-# A user's config keeps the GRPOConfig fields whose values the checks compare against
-# (`CONVENTION_FIELDS`, compared in `trl_conventions`), and its own fields (those of a GRPOConfig
-# subclass). Every other GRPOConfig field (device, precision, batch sizes, vLLM, logging, ...) is
-# the offline recipe's or the release's default: the checks drive each stage on the tiny model
-# with given inputs.
-
 
 @dataclass
 class CheckedTrainer:
@@ -86,7 +80,10 @@ def declared_config() -> dict[str, Any]:
 
 
 def _kept_config() -> dict[str, Any]:
-    """The user's config values a build keeps: the convention fields and the subclass's own."""
+    """The user's config values a build keeps: the GRPOConfig fields whose values the checks
+    compare against (`CONVENTION_FIELDS`, in `trl_conventions`) and the subclass's own fields.
+    Every other GRPOConfig field (device, precision, batch sizes, vLLM, logging, ...) is the
+    offline recipe's or the release's default: each stage is driven on given inputs."""
     upstream = trl_driver.config_fields(GRPOConfig)
     return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS or k not in upstream}
 
@@ -326,6 +323,10 @@ def build_trainer(model: str | Path, **overrides: Any) -> tuple[GRPOTrainer, lis
         )
     trainer.model.train()  # HF Trainer switches to train mode inside train(); _compute_loss reads it
     return trainer, fused_head_calls
+
+
+# Moved to the driver the task verifier shares; this name stays for importers.
+clear_logs = trl_driver.clear_logs
 
 
 @cache
