@@ -19,7 +19,7 @@ from rich.text import Text
 
 from checker import __version__
 from checker.candidate import KINDS, TargetError, resolve_target
-from checker.checks import CheckResult
+from checker.checks import CheckResult, all_checks
 from checker.coverage import uncovered
 from checker.diagnosis import diagnose
 from checker.profile import (
@@ -30,7 +30,7 @@ from checker.profile import (
     yaml_text,
 )
 from checker.report import print_table, shown, to_json, write_junit
-from checker.sandbox import CandidateLoadError, run_isolated
+from checker.sandbox import CandidateLoadError, run_in_process, run_isolated
 from reference_impl.protocol import DEFAULTS, STAGES
 
 DEFAULT_SEED = 1234
@@ -49,9 +49,27 @@ def run_check(
 ) -> tuple[str, list[CheckResult], dict | None]:
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
     spec = resolve_target(target, kind, grpo_config)
-    results = run_isolated(spec, stages, seed, timeout, workers, log)
-    results += finding_results(spec, stages)
+    results = collect_results(spec, stages, seed, timeout, workers, log)
     return spec.kind, results, diagnose(results)
+
+
+def collect_results(
+    spec,
+    stages: tuple[str, ...] = (),
+    seed: int = DEFAULT_SEED,
+    timeout: float = DEFAULT_TIMEOUT,
+    workers: int = 2,
+    log=lambda _: None,
+    isolated: bool = True,
+) -> list[CheckResult]:
+    """What every front end reports (the CLI, the pytest plugin): the checks' results, then each
+    profile finding the YAML keeps (`findings:`) as a failure. `isolated=False` runs the checks in
+    this process."""
+    if isolated:
+        results = run_isolated(spec, stages, seed, timeout, workers, log)
+    else:
+        results = run_in_process(spec, all_checks(stages), seed)
+    return results + finding_results(spec, stages)
 
 
 @click.command("check")
@@ -149,24 +167,44 @@ def check(
     help="Write the measured conventions as the stage protocol's YAML.",
 )
 @click.option("--timeout", type=float, default=PROFILE_TIMEOUT, show_default=True)
-def profile(target: str, kind: str, as_json: bool, write_path: str | None, timeout: float) -> None:
+@click.option(
+    "--config",
+    "grpo_config",
+    metavar="FILE.py:NAME",
+    help="The GRPOConfig (or dict of its fields) a trainer (FILE.py:CLASS, trl) is built with.",
+)
+def profile(
+    target: str,
+    kind: str,
+    as_json: bool,
+    write_path: str | None,
+    timeout: float,
+    grpo_config: str | None,
+) -> None:
     """Measure TARGET's conventions (advantage epsilon and std, aggregation, clipping, KL, ...).
 
-    Known bugs are reported as findings (exit 1) and never written as conventions.
+    TARGET is what `grpo-check TARGET` takes, a GRPOTrainer subclass with its `--config` among
+    them. Known bugs are reported as findings (exit 1) and never written as conventions.
     """
     try:
-        spec = resolve_target(target, kind)
-        if write_path and spec.kind != "functions":
+        spec = resolve_target(target, kind, grpo_config)
+        if write_path and spec.kind != "functions" and spec.trainer is None:
             raise TargetError(
-                f"--write needs a .py, module or YAML target, not the {spec.kind} kind"
+                f"--write needs a .py, module, YAML or FILE.py:CLASS target, not the {spec.kind} kind"
             )
+        if write_path and not Path(write_path).resolve().parent.is_dir():
+            raise TargetError(f"--write {write_path}: no such folder")
         with Console(stderr=True).status(f"grpo-check profile {target}", spinner="dots"):
             measured = run_profile(spec, timeout)
     except (TargetError, ProfileError) as error:
         click.echo(f"grpo-check: {error}", err=True)
         sys.exit(2)
     if write_path:
-        Path(write_path).write_text(yaml_text(spec, measured, Path(write_path)))
+        try:
+            Path(write_path).write_text(yaml_text(spec, measured, Path(write_path)))
+        except OSError as error:
+            click.echo(f"grpo-check: --write {write_path}: {error.strerror}", err=True)
+            sys.exit(2)
     if as_json:
         document = {"target": target, "kind": spec.kind, "version": __version__}
         document |= {"conventions": measured.conventions, "findings": measured.findings}

@@ -15,7 +15,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from checker.candidate import CONVENTION_ALIASES
 from reference_impl.protocol import DEFAULTS
+from reference_impl.trl_semantics import CONVENTION_FIELDS
 
 PROFILE_TIMEOUT = 180.0
 
@@ -500,18 +502,41 @@ def declared(profile: Profile) -> dict[str, object]:
     return {k: v for k, v in profile.conventions.items() if DEFAULTS.get(k) != v}
 
 
+# The protocol's names of the conventions a GRPOConfig field sets (`epsilon` is `epsilon_low`).
+_GRPO_CONFIG_CONVENTIONS = {CONVENTION_ALIASES.get(f, f) for f in CONVENTION_FIELDS}
+
+
+def _relative_reference(reference: str, folder: Path) -> str:
+    """`/abs/file.py:NAME` relative to `folder` (how a YAML names it); `module:NAME` as is."""
+    left, _, name = reference.rpartition(":")
+    if not left.endswith(".py"):
+        return reference
+    return f"{os.path.relpath(left, folder)}:{name}"
+
+
 def yaml_text(spec, profile: Profile, write_path: Path) -> str:
-    """The stage protocol's YAML form: path (relative to the YAML) or module, functions, config."""
+    """The stage protocol's YAML form: path (relative to the YAML) or module, functions, config;
+    for a GRPOTrainer subclass, `trainer` and its `grpo_config` (as given) instead of the first."""
     import yaml
 
+    folder = write_path.resolve().parent
     document: dict[str, object] = {}
-    if spec.path:
-        document["path"] = os.path.relpath(spec.path, write_path.resolve().parent)
+    if spec.trainer:
+        document["trainer"] = _relative_reference(spec.trainer, folder)
+        if isinstance(spec.grpo_config, str):
+            document["grpo_config"] = _relative_reference(spec.grpo_config, folder)
+        elif spec.grpo_config is not None:
+            document["grpo_config"] = dict(spec.grpo_config)
+    elif spec.path:
+        document["path"] = os.path.relpath(spec.path, folder)
     else:
         document["module"] = spec.module
     if spec.renames:
         document["functions"] = dict(spec.renames)
-    config = {**spec.config, **declared(profile)}
+    measured = declared(profile)
+    if spec.trainer:  # the trainer's GRPOConfig states these; a measured difference is a failure
+        measured = {k: v for k, v in measured.items() if k not in _GRPO_CONFIG_CONVENTIONS}
+    config = {**spec.config, **measured}
     if config:
         document["config"] = config
     if profile.findings:

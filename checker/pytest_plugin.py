@@ -22,11 +22,10 @@ from collections.abc import Sequence
 import pytest
 
 from checker.candidate import resolve_target
-from checker.check_cli import DEFAULT_SEED, DEFAULT_TIMEOUT
-from checker.checks import CheckResult, all_checks
+from checker.check_cli import DEFAULT_SEED, DEFAULT_TIMEOUT, collect_results
+from checker.checks import CheckResult
 from checker.coverage import uncovered
 from checker.diagnosis import diagnose
-from checker.sandbox import run_in_process, run_isolated
 
 
 def assert_grpo_check(
@@ -45,12 +44,10 @@ def assert_grpo_check(
     `isolated=False` runs the checks in this process (faster, no watchdog): for candidates you
     trust not to hang or exit. `strict=True` also fails when a stage had no check that ran.
     `grpo_config` ("FILE.py:NAME") is the GRPOConfig a GRPOTrainer subclass target is built with.
+    A YAML target's `findings:` (kept by `grpo-check profile --write`) fail as they do in the CLI.
     """
     spec = resolve_target(target, kind, grpo_config)
-    if isolated:
-        results = run_isolated(spec, tuple(stages), seed, timeout)
-    else:
-        results = run_in_process(spec, all_checks(tuple(stages)), seed)
+    results = collect_results(spec, tuple(stages), seed, timeout, isolated=isolated)
     bad = [r for r in results if r.status in ("fail", "error")]
     if bad:
         lines = [f"grpo-check {target}: {len(bad)} of {len(results)} checks failed"]

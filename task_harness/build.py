@@ -98,9 +98,9 @@ def fork_version(spec: TaskSpec) -> str | None:
 def trl_conventions(spec: TaskSpec) -> dict:
     """The semantics the verifier judges the fork against: its release's, then the fork's own
     intended customisations (`[grpo.intended]`)."""
-    from task_harness.releases import release_conventions
+    from reference_impl.trl_semantics import semantics
 
-    return release_conventions(fork_version(spec)) | dict(spec.toml["grpo"].get("intended", {}))
+    return semantics(fork_version(spec)) | dict(spec.toml["grpo"].get("intended", {}))
 
 
 def _apply(root: Path, spec: TaskSpec, kinds: tuple[str, ...]) -> set[str]:
@@ -206,7 +206,7 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
 def _tokenizer_for_release(model: Path, version: str) -> None:
     """TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4 refuses
     `token_type_ids`: the tokenizer of a fork that runs on transformers 4 returns none."""
-    from task_harness.releases import needs_transformers4
+    from reference_impl.trl_semantics import needs_transformers4
 
     if needs_transformers4(version):
         path = model / "tokenizer_config.json"

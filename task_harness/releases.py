@@ -8,11 +8,8 @@ the tests that check claims against old releases (`tests/trl_releases.py`).
 - every folder is installed with `pip install --no-deps --target` into a temporary folder next
   to its final place and renamed when complete, so an interrupted install never leaves a
   half-filled folder that later runs would trust;
-- TRL 0.17 to 0.26 call transformers' `_is_package_available("vllm")`, which in transformers 5
-  returns a tuple (always true), so they import vllm or weave and fail; with transformers 4.57.6
-  every one of them imports (TRL 0.17.0 `trl/import_utils.py`, 0.26.2 the same file);
-- TRL 0.29.1 to 1.8.0 import `requests` without declaring it (1.8.0 `trl/trainer/utils.py`), and
-  transformers 5 no longer brings it.
+- which releases need transformers 4.57.6 or `requests` beside them is in the release table,
+  `reference_impl/trl_semantics.py` (`needs_transformers4`, `imports_undeclared_requests`).
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from reference_impl.tiny import cache_root as project_cache_root
+from reference_impl.trl_semantics import imports_undeclared_requests, needs_transformers4
 
 TRANSFORMERS4 = "transformers==4.57.6"
 # What TRL 0.17 to 0.26 need next to transformers 4.57.6. The exact set is resolved at install
@@ -103,21 +101,10 @@ def requests_path() -> Path:
     return install("requests", resolve(("requests",)))
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = (int(part) for part in version.split(".")[:2])
-    return major, minor
-
-
-def needs_transformers4(version: str) -> bool:
-    """True for the TRL releases (0.17 to 0.26) that only import with transformers 4."""
-    return (0, 17) <= _minor(version) <= (0, 26)
-
-
 def needs_requests(version: str) -> bool:
-    """True for the releases (0.29 to 1.8) that import `requests` without declaring it, when the
-    running environment lacks it."""
-    in_range = (0, 29) <= _minor(version) <= (1, 8)
-    return in_range and importlib.util.find_spec("requests") is None
+    """True for the releases that import `requests` without declaring it, when the running
+    environment lacks it."""
+    return imports_undeclared_requests(version) and importlib.util.find_spec("requests") is None
 
 
 def dependency_paths(version: str) -> list[Path]:
@@ -147,43 +134,3 @@ def distributions(folder: Path) -> dict[str, str]:
 
 def normalise(name: str) -> str:
     return name.lower().replace("-", "_").replace(".", "_")
-
-
-def parse(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:3])
-
-
-def release_conventions(version: str) -> dict:
-    """What TRL release `version`'s GRPOTrainer does where releases differ: the semantics the
-    verifier judges a fork of that release against (the task's `[grpo.intended]` may override
-    them with the fork's own customisations).
-
-    Mirrors `checker/adapters/trl_conventions.py`, which reads them from the imported release;
-    the verifier must not import the fork, so they are decided by the release number here. From
-    each release's `trl/trainer/grpo_config.py` and `grpo_trainer.py`: default loss_type bnpo ->
-    dapo at 0.22.2, scale_rewards a bool up to 0.21, beta 0.04 -> 0.0 at 0.19.1, temperature
-    0.9 -> 1.0 at 0.18.2, `use_bias_correction_kl` from 0.26.2 (default True from 1.10.0), an
-    all-None reward row stays NaN and is left out of the group statistics from 1.6.0 (0 before),
-    a list of EOS ids from 1.14.2, `delta` from 0.18.2, `importance_sampling_level` from 0.20.0.
-    """
-    release = parse(version)
-    loss_types = ["grpo", "bnpo", "dr_grpo"]
-    if release >= (0, 22, 2):
-        loss_types.append("dapo")
-    if release >= (0, 26, 2):
-        loss_types += ["cispo", "sapo"]
-    return {
-        "release": version,
-        "loss_type": "dapo" if release >= (0, 22, 2) else "bnpo",
-        "loss_types": loss_types,
-        "scale_rewards": ["group", "batch", "none"] if release >= (0, 22, 2) else ["group", "none"],
-        "beta": 0.0 if release >= (0, 19, 1) else 0.04,
-        "temperature": 1.0 if release >= (0, 18, 2) else 0.9,
-        "delta": release >= (0, 18, 2),
-        "importance_sampling_level": release >= (0, 20, 0),
-        "use_bias_correction_kl": release >= (1, 10, 0),
-        "bias_correction_field": release >= (0, 26, 2),
-        "nan_rewards": "excluded" if release >= (1, 6, 0) else "zero",
-        "eos_token_ids": "all" if release >= (1, 14, 2) else "first",
-        "decode": "plain",
-    }

@@ -132,3 +132,34 @@ def test_profile_of_a_module_that_cannot_load_is_one_line(tmp_path):
     result = run("profile", "broken.py", cwd=tmp_path)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+SUBCLASSES = Path(__file__).resolve().parent / "data" / "trainer_subclasses.py"
+
+
+def test_profile_takes_a_subclass_and_its_config_then_writes_a_trainer_yaml(tmp_path):
+    """`profile FILE.py:CLASS --config FILE.py:NAME` builds the subclass with the user's config, as
+    the check command does (CONFIG's loss_type grpo is what the loss measures, not the release's
+    dapo), and `--write` gives a `trainer:` YAML that declares only what no GRPOConfig field
+    states (the population std); `grpo-check` of that file passes the advantage checks."""
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    shutil.copy(SUBCLASSES, tmp_path / "trainer_subclasses.py")
+    target, config = (
+        "trainer_subclasses.py:PopulationStdGRPOTrainer",
+        "trainer_subclasses.py:CONFIG",
+    )
+    written = folder / "cfg.yaml"
+    result = run(
+        "profile", target, "--config", config, "--json", "--write", str(written), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = json.loads(result.stdout)["conventions"]
+    assert measured["loss_type"] == "grpo" and measured["std_estimator"] == "population", measured
+    assert yaml.safe_load(written.read_text()) == {
+        "trainer": "../trainer_subclasses.py:PopulationStdGRPOTrainer",
+        "grpo_config": "../trainer_subclasses.py:CONFIG",
+        "config": {"std_estimator": "population"},
+    }
+    checked = run("cfg/cfg.yaml", "--json", "--stage", "advantages", cwd=tmp_path)
+    assert checked.returncode == 0, failing(json.loads(checked.stdout))

@@ -51,7 +51,6 @@ from checker.adapters.trl_trainer import (
     PROMPT_TEXT,
     LogitsAsHiddenStates,
     checked_class,
-    clear_logs,
     reading_locals,
     replaced,
     source_location,
@@ -59,6 +58,7 @@ from checker.adapters.trl_trainer import (
     trainer,
     trl_temperature,
 )
+from reference_impl import trl_driver
 
 # TRL's GRPOTrainer, or the user's subclass of it (`grpo-check FILE.py:CLASS`): each method
 # named below is then the subclass's override where it has one, and its failures are located there.
@@ -179,7 +179,7 @@ def _generate_and_score(
         _settings(
             grpo,
             num_generations=num_generations,
-            scale_rewards=trl_shims.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
+            scale_rewards=trl_driver.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
             mask_truncated_completions=mask_truncated_completions,
         ),
         _token_ids(grpo, eos, pad_token_id),
@@ -190,7 +190,7 @@ def _generate_and_score(
         ) as seen,
     ):
         output = grpo._generate_and_score_completions([{"prompt": PROMPT_TEXT}] * num_rows)
-    clear_logs(grpo)
+    trl_driver.clear_logs(grpo)
     return output, seen
 
 
@@ -548,7 +548,7 @@ def _drive_compute_loss(
     ):
         # compute_loss: the public entry HF's training_step calls (a subclass may override it)
         loss = sum(grpo.compute_loss(grpo.model, inputs) for _ in range(steps))
-    clear_logs(grpo)
+    trl_driver.clear_logs(grpo)
     return loss, seen
 
 
@@ -733,7 +733,7 @@ def generate_completions(
         ),
     ):
         output = grpo._generate_and_score_completions([{"prompt": PROMPT_TEXT}] * len(repeated))
-    clear_logs(grpo)
+    trl_driver.clear_logs(grpo)
     return output["completion_ids"]
 
 
@@ -828,7 +828,7 @@ def grpo_step(
                 ref_model=reference,
                 num_generations=num_generations,
                 num_iterations=num_iterations,
-                scale_rewards=trl_shims.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
+                scale_rewards=trl_driver.scale_rewards_setting(scale_rewards, _BOOL_SCALE_REWARDS),
                 mask_truncated_completions=mask_truncated_completions,
                 current_gradient_accumulation_steps=1,
                 _step=0,
@@ -850,5 +850,5 @@ def grpo_step(
             grpo.accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm)
             optimizer.step()
             grpo.state.global_step += 1
-    clear_logs(grpo)
+    trl_driver.clear_logs(grpo)
     return float(loss)

@@ -4,8 +4,8 @@ Keyword defaults come from the release's own `GRPOConfig` (so bnpo, a bool scale
 and temperature 0.9 where the release has them); a field the release lacks is the behaviour it has
 without it (no `delta`: no cap; no `importance_sampling_level`: token ratios; no
 `use_bias_correction_kl`: the bare k3 term). Semantics no keyword names are declared by name and
-decided by the release number, never by reading the code, so that a fork that changes them is
-still compared with its release:
+decided by the release number (the release table, `reference_impl/trl_semantics.py`), never by
+reading the code, so that a fork that changes them is still compared with its release:
 
 | name | protocol | before |
 | --- | --- | --- |
@@ -18,23 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from checker.adapters.trl_shims import EOS_ID_LIST, RELEASE, config_defaults, config_fields
+from checker.adapters.trl_shims import RELEASE
 from reference_impl.protocol import LOSS_TYPES
+from reference_impl.trl_driver import bool_scale_rewards, config_defaults, config_fields
+from reference_impl.trl_semantics import loss_types, value
 
 # dapo's and cispo's num_items_in_batch counts the whole generation batch (S micro-batches); from
-# 1.10.0 (PR #6024) the normaliser is rescaled by GA / S to one accumulation window, before it is
-# not (the two agree at S = GA, the default).
-DAPO_WINDOW_RESCALE = RELEASE >= (1, 10)
-
-# The release each protocol loss type first appears in (TRL's `loss_type` values).
-LOSS_TYPE_SINCE = {
-    "grpo": (0, 17),
-    "bnpo": (0, 17),
-    "dr_grpo": (0, 17),
-    "dapo": (0, 22, 2),
-    "cispo": (0, 26, 2),
-    "sapo": (0, 26, 2),
-}
+# 1.10.0 the normaliser is rescaled by GA / S to one accumulation window, before it is not (the
+# two agree at S = GA, the default).
+DAPO_WINDOW_RESCALE = value("dapo_window_rescale", RELEASE)
+# The semantics no keyword names, by release (the module docstring's table).
+NAMED_SEMANTICS = ("nan_rewards", "empty_batch_normaliser", "eos_token_ids")
 
 
 def _scale_rewards(default: bool | str) -> str:
@@ -61,9 +55,7 @@ def conventions(config_cls: type, declared: dict[str, Any] | None = None) -> dic
         "sapo_temperature_neg": defaults.get("sapo_temperature_neg", 1.05),
         "mask_truncated_completions": defaults["mask_truncated_completions"],
         "temperature": defaults["temperature"],
-        "nan_rewards": "excluded" if RELEASE >= (1, 6) else "zero",
-        "empty_batch_normaliser": "clamped" if RELEASE >= (1, 9, 2) else "unclamped",
-        "eos_token_ids": "all" if EOS_ID_LIST else "first",
+        **{name: value(name, RELEASE) for name in NAMED_SEMANTICS},
     }
 
 
@@ -71,9 +63,9 @@ def supported(config_cls: type) -> dict[str, list]:
     """The values of each keyword the release can take; checks that need others are skipped."""
     have = config_fields(config_cls)
     values: dict[str, list] = {
-        "loss_type": [t for t in LOSS_TYPES if LOSS_TYPE_SINCE[t] <= RELEASE],
+        "loss_type": [t for t in LOSS_TYPES if t in loss_types(RELEASE)],
     }
-    if isinstance(config_defaults(config_cls)["scale_rewards"], bool):
+    if bool_scale_rewards(config_cls):
         values["scale_rewards"] = ["group", "none"]
     if "delta" not in have:
         values["delta"] = [None]

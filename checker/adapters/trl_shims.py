@@ -1,9 +1,11 @@
-"""What differs between TRL releases 0.17 to 1.16, one small function per concern.
+"""What differs between TRL releases 0.17 to 1.16 for the adapter, one small function per concern.
 
-Each shim detects the feature on the imported `GRPOTrainer`, its module or `GRPOConfig` (a method,
-a parameter, a config field), so that a fork is driven by what it has; where the feature cannot be
-seen (a semantic change inside a method), the release number decides (`RELEASE`). The facts
-behind each one are in the TRL releases' own `grpo_trainer.py` and `grpo_config.py`.
+Driving a release's GRPOTrainer (its scoring method, EOS ids, config fields) is
+`reference_impl.trl_driver`'s, shared with the task verifier's probes; what a release computes
+differently is decided by its number (`RELEASE`) in `reference_impl.trl_semantics`. What is left
+here is the adapter's own: where a release computes log-probs (the fused LM head from 1.15) and
+how a fork or subclass decodes completions. The facts behind each one are in the TRL releases'
+own `grpo_trainer.py` and `grpo_config.py`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import ast
 import inspect
 import textwrap
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,34 +25,28 @@ import trl.trainer.grpo_trainer as grpo_module
 from trl import GRPOTrainer
 
 from checker.adapters import trl_version
+from reference_impl import trl_driver
+from reference_impl.trl_driver import logps_of, score, scoring_method
+from reference_impl.trl_semantics import parse, value
 
 RELEASE_TEXT = trl_version.version_of(Path(trl.__file__).resolve().parent.parent) or "unknown"
-RELEASE = trl_version.parse(RELEASE_TEXT)
+RELEASE = parse(RELEASE_TEXT)
 
 # 1.15+: GRPOTrainer scores through a fused LM head (`add_fused_lm_head`) whose arithmetic is in
 # `trl/kernels/chunked_logprob.py`; before, through `trl.trainer.utils.selective_log_softmax`.
 FUSED_LM_HEAD = hasattr(grpo_module, "add_fused_lm_head")
 
-# 0.17-0.19: `_get_per_token_logps` returns a tensor; from 0.20 `_get_per_token_logps_and_entropies`
-# returns (logps, entropies), from 1.7.1 (logps, entropies, aux_loss).
-LOGPS_METHOD = next(
-    name
-    for name in ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
-    if hasattr(GRPOTrainer, name)
-)
+# Moved to the driver the task verifier shares; these names stay for importers.
+config_fields = trl_driver.config_fields
+config_defaults = trl_driver.config_defaults
+scale_rewards_setting = trl_driver.scale_rewards_setting
+
+# The scoring method's name (`reference_impl.trl_driver.SCORING_METHODS`).
+LOGPS_METHOD = scoring_method(GRPOTrainer)
 
 # A list of EOS ids (`self.eos_token_ids`, matched with torch.isin) only from 1.14.2; before, the
 # mask ends at the tokenizer's one `eos_token_id`.
-EOS_ID_LIST = RELEASE >= (1, 14, 2)
-
-
-def config_fields(config_cls: type) -> set[str]:
-    return {field.name for field in fields(config_cls)}
-
-
-def config_defaults(config_cls: type) -> dict[str, Any]:
-    """Each GRPOConfig field's default (fields with a default factory are left out)."""
-    return {f.name: f.default for f in fields(config_cls) if f.default is not MISSING}
+EOS_ID_LIST = value("eos_token_ids", RELEASE) == "all"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,11 +57,7 @@ def call_logps(
     grpo: GRPOTrainer, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int
 ) -> torch.Tensor:
     """The release's scoring method on `model`: the per-token log-probs of the last `keep` tokens."""
-    method = getattr(grpo, LOGPS_METHOD)
-    if LOGPS_METHOD == "_get_per_token_logps":
-        return method(model, input_ids, attention_mask, keep)
-    out = method(model, input_ids, attention_mask, keep, compute_entropy=True)
-    return out[0]
+    return logps_of(score(grpo, model, input_ids, attention_mask, keep, compute_entropy=True))
 
 
 def logps_result(logps: torch.Tensor, like: tuple | torch.Tensor) -> tuple | torch.Tensor:
@@ -84,19 +76,6 @@ def logprob_arithmetic() -> tuple[Callable, str]:
         return ChunkedLogProbFunction.forward, "logprobs = "
     # The fp32 branch's first assignment (the bf16 fallback comes after it).
     return grpo_module.selective_log_softmax, "per_token_logps = "
-
-
-# ---------------------------------------------------------------------------------------------
-# rewards and advantages
-
-
-def scale_rewards_setting(scale_rewards: str, bool_releases: bool) -> str | bool:
-    """The protocol's scale_rewards as the release takes it: a bool up to 0.21 (True = "group")."""
-    if not bool_releases:
-        return scale_rewards
-    if scale_rewards == "batch":
-        raise ValueError("scale_rewards='batch' needs TRL >= 0.22.2 (a bool before)")
-    return scale_rewards == "group"
 
 
 # ---------------------------------------------------------------------------------------------

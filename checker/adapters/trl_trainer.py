@@ -31,12 +31,13 @@ from typing import Any
 
 import torch
 import trl.trainer.grpo_trainer as grpo_module
-from datasets import Dataset
-from transformers import BatchEncoding, PretrainedConfig, PreTrainedTokenizerFast
+from transformers import BatchEncoding, PretrainedConfig
 from trl import GRPOConfig, GRPOTrainer
 
-from checker.adapters.trl_shims import FUSED_LM_HEAD, LOGPS_METHOD, config_fields
+from checker.adapters.trl_shims import FUSED_LM_HEAD
+from reference_impl import trl_driver
 from reference_impl.tiny import tiny_model_path
+from reference_impl.trl_semantics import CONVENTION_FIELDS
 
 # The trainer is built with a non-unit temperature so that what TRL's __init__ does with it (the
 # fused LM head's temperature, the GenerationConfig's temperature) can be told apart from "ignored".
@@ -47,25 +48,6 @@ GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
 
 # ---------------------------------------------------------------------------------------------
 # The class under check: TRL's GRPOTrainer, or a user's subclass of it with the user's config
-
-# The GRPOConfig fields whose values the checks compare against (`trl_conventions`); a user's
-# config keeps them, and its own fields (those of a GRPOConfig subclass). Every other GRPOConfig
-# field (device, precision, batch sizes, vLLM, logging, ...) is the offline recipe's or the
-# release's default: the checks drive each stage on the tiny model with given inputs.
-CONVENTION_FIELDS = (
-    "loss_type",
-    "scale_rewards",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "delta",
-    "importance_sampling_level",
-    "use_bias_correction_kl",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "mask_truncated_completions",
-    "temperature",
-)
 
 
 @dataclass
@@ -98,8 +80,11 @@ def declared_config() -> dict[str, Any]:
 
 
 def _kept_config() -> dict[str, Any]:
-    """The user's config values a build keeps: the convention fields and the subclass's own."""
-    upstream = config_fields(GRPOConfig)
+    """The user's config values a build keeps: the GRPOConfig fields whose values the checks
+    compare against (`CONVENTION_FIELDS`, in `trl_conventions`) and the subclass's own fields.
+    Every other GRPOConfig field (device, precision, batch sizes, vLLM, logging, ...) is the
+    offline recipe's or the release's default: each stage is driven on given inputs."""
+    upstream = trl_driver.config_fields(GRPOConfig)
     return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS or k not in upstream}
 
 
@@ -309,7 +294,7 @@ def grpo_config(output_dir: str, **overrides: Any) -> GRPOConfig:
         logging_steps=1,
     )
     options.update(overrides)
-    known = config_fields(_CHECKED.config_cls)
+    known = trl_driver.config_fields(_CHECKED.config_cls)
     return _CHECKED.config_cls(**{k: v for k, v in options.items() if k in known})
 
 
@@ -323,24 +308,25 @@ def build_trainer(model: str | Path, **overrides: Any) -> tuple[GRPOTrainer, lis
     """A GRPOTrainer on a saved model folder, in train mode, and the fused-head calls of its init.
 
     The tokenizer is always the tiny model's: TRL needs one, and every id the adapter feeds TRL
-    comes as ids, not text.
+    comes as ids, not text. P = GA = S = 1: TRL's normalisers equal the protocol's.
     """
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_model_path())
-    # TRL 0.23-0.26 pass every tokenizer output to `generate`; Qwen2 rejects token_type_ids
-    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    tokenizer = trl_driver.offline_tokenizer(tiny_model_path())
     fused_head_calls: list[dict] = []
     with _rng_untouched(), _recording_fused_head_calls(fused_head_calls):
-        trainer = _CHECKED.cls(
-            model=str(model),
-            reward_funcs=[_unused_reward],
-            args=grpo_config(scratch_dir(), **overrides),
-            train_dataset=Dataset.from_dict({"prompt": [PROMPT_TEXT] * 2}),
-            processing_class=tokenizer,
+        trainer = trl_driver.build(
+            _CHECKED.cls,
+            model,
+            grpo_config(scratch_dir(), **overrides),
+            [_unused_reward],
+            [PROMPT_TEXT] * 2,
+            tokenizer,
         )
     trainer.model.train()  # HF Trainer switches to train mode inside train(); _compute_loss reads it
-    # P = GA = S = 1: TRL's normalisers equal the protocol's
-    trainer.current_gradient_accumulation_steps = 1
     return trainer, fused_head_calls
+
+
+# Moved to the driver the task verifier shares; this name stays for importers.
+clear_logs = trl_driver.clear_logs
 
 
 @cache
@@ -356,9 +342,7 @@ def trainer() -> GRPOTrainer:
 @cache
 def built_eos_token_id() -> int:
     """The EOS id the trainer was built with (`eos_token_ids[0]` from 1.14.2, else the tokenizer's)."""
-    grpo = trainer()
-    ids = getattr(grpo, "eos_token_ids", None)
-    return int(ids[0]) if ids else int(grpo.processing_class.eos_token_id)
+    return trl_driver.eos_token_ids(trainer())[0]
 
 
 @cache
@@ -389,10 +373,9 @@ def scoring_result_sample() -> Any:
     grpo = trainer()
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
-        method = getattr(grpo, LOGPS_METHOD)
-        if LOGPS_METHOD == "_get_per_token_logps":
-            return method(grpo.model, ids, torch.ones_like(ids), 1)
-        return method(grpo.model, ids, torch.ones_like(ids), 1, compute_entropy=True)
+        return trl_driver.score(
+            grpo, grpo.model, ids, torch.ones_like(ids), 1, compute_entropy=True
+        )
 
 
 def policy_fused_head_kwargs() -> dict[str, Any]:
@@ -413,18 +396,6 @@ def trl_temperature(requested: float, used_at_build: float | None) -> float:
     """
     factor = (1.0 if used_at_build is None else used_at_build) / BUILD_TEMPERATURE
     return requested * factor
-
-
-def clear_logs(grpo: GRPOTrainer) -> None:
-    """Drop the metrics and completion logs a driven call appended (they only grow otherwise)."""
-    for mode in grpo._metrics.values():
-        mode.clear()
-    logs = getattr(grpo, "_logs", None) or getattr(
-        grpo, "_textual_logs", {}
-    )  # before 0.19: _textual_logs
-    for log in logs.values():
-        if hasattr(log, "clear"):
-            log.clear()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ import importlib.util
 import re
 from pathlib import Path
 
-OLDEST = (0, 17)  # the first minor release whose GRPOTrainer the adapter drives
-NEWEST = (1, 16)  # the last one (every patch release of it)
-SUPPORTED_RANGE = "0.17.0 to 1.16.x"
+from reference_impl.trl_semantics import SUPPORTED_MINORS, needs_triton, parse, supported
+
+# The first and the last minor release whose GRPOTrainer the adapter drives (every patch of each).
+OLDEST, NEWEST = SUPPORTED_MINORS
+SUPPORTED_RANGE = f"{OLDEST[0]}.{OLDEST[1]}.0 to {NEWEST[0]}.{NEWEST[1]}.x"
 
 _TRAINER = Path("trainer") / "grpo_trainer.py"
 _VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -84,27 +86,13 @@ def version_of(root: Path) -> str | None:
         return None
 
 
-def parse(version: str) -> tuple[int, ...]:
-    """`"0.22.2"` -> (0, 22, 2); a local or pre-release suffix is ignored (`1.16.0.dev0` -> (1, 16, 0))."""
-    numbers = []
-    for part in version.split("+")[0].split("."):
-        digits = re.match(r"\d+", part)
-        if digits is None:
-            break
-        numbers.append(int(digits.group()))
-        if digits.group() != part:
-            break
-    return tuple(numbers)
-
-
 def unsupported_reason(version: str | None) -> str | None:
     """Why `grpo-check` cannot drive TRL `version` on this machine (one clause), or None."""
     if version is None:
         return f"cannot tell which TRL release it is (supported: {SUPPORTED_RANGE})"
-    numbers = parse(version)
-    if not numbers or not OLDEST <= numbers[:2] <= NEWEST:
+    if not parse(version) or not supported(version):
         return f"TRL {version} is not supported (supported: {SUPPORTED_RANGE})"
-    if numbers[:2] == (1, 15) and importlib.util.find_spec("triton") is None:
+    if needs_triton(version) and importlib.util.find_spec("triton") is None:
         return (
             f"TRL {version} needs triton to train, which this environment lacks (a CPU torch has "
             "none); use TRL 1.14.2 or 1.16"

@@ -11,13 +11,28 @@ from __future__ import annotations
 
 import torch
 
-from checker.checks import CandidateError
+from checker.checks import CandidateError, Skip
 from checker.checks.context import Context
 from checker.fixtures import random_logps, unequal_mask
 
 LENGTHS = [6, 3, 5, 2]  # unequal: the loss types differ only when completion lengths differ
 WIDTH = 6
 NEGATIVE_ADVANTAGES = torch.tensor([-0.5, -1.25, -0.8, -2.0])
+# The declared policy-loss forms without an importance ratio, as a skip reason names them:
+# REINFORCE (-A * logp) has none, and a loss that ignores `old_per_token_logps` has only
+# exp(logp - sg(logp)), 1 in value, whatever the old log-probs are.
+NO_RATIO = {
+    "reinforce": "the REINFORCE form has no ratio",
+    "on_policy": "no old log-probs: the loss ignores old_per_token_logps, so it has no ratio",
+}
+
+
+def skip_without_ratio(ctx: Context, use: str = "") -> None:
+    """Skip a check that needs the importance ratio (`use`: what for, e.g. " to clip") when the
+    declared `policy_loss` has none."""
+    form = ctx.config["policy_loss"]
+    if form in NO_RATIO:
+        raise Skip(f"policy_loss: {form} ({NO_RATIO[form]}{use})")
 
 
 def loss_and_grad(

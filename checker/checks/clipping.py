@@ -7,7 +7,8 @@ sg(min(r, eps_high)); sapo by the soft gate 4 sigma'(tau (r - 1)) r with tau by 
 slope of sigmoid(tau (r - 1)) * 4 / tau (gt:L3123), whose 4 / tau keeps it at 1 for r = 1 whatever tau.
 These checks look only at WHICH tokens get zero gradient, or at gradient ratios, so the loss
 normaliser cancels; they rely on the ratio being right (depends_on ratio). A candidate declaring
-`clipping: symmetric` is probed at its own epsilon; `policy_loss: reinforce` has nothing to clip.
+`clipping: symmetric` is probed at its own epsilon; `policy_loss: reinforce` or `on_policy` (no old
+log-probs) has no ratio to clip.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import torch
 
 from checker.checks import CheckFailure, check
-from checker.checks._loss import gradient_ratio, loss_and_grad
+from checker.checks._loss import gradient_ratio, loss_and_grad, skip_without_ratio
 from checker.checks.context import Context, assert_close
 from checker.fixtures import random_logps
 
@@ -59,14 +60,10 @@ def _band(ctx: Context) -> tuple[float, float, dict]:
     return EPS_LOW, EPS_HIGH, {"epsilon_low": EPS_LOW, "epsilon_high": EPS_HIGH}
 
 
-def _skip_reinforce(ctx: Context) -> None:
-    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio to clip")
-
-
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def zero_gradient_outside_band(ctx: Context) -> None:
     """Token level, eps_low 0.2, eps_high 0.28 (or the declared symmetric epsilon): zero gradient iff (A > 0, r > 1 + eps_high) or (A < 0, r < 1 - eps_low)."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     eps_low, eps_high, band = _band(ctx)
     logps, old, mask, advantages = _off_policy(ctx, RATIOS, [1.0, -1.0])
     _, grad = loss_and_grad(
@@ -114,7 +111,7 @@ def zero_gradient_outside_band(ctx: Context) -> None:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def delta_caps_unclipped_ratio(ctx: Context) -> None:
     """With delta = 1.6 (two-sided clipping), A < 0 tokens with r > delta get zero gradient, those with 1.2 < r < delta do not."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     ratios = [0.5, 0.9, 1.3, 1.5, 2.0, 3.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     _, grad = loss_and_grad(
@@ -157,7 +154,7 @@ def _pairs(pattern: torch.Tensor, ratios: list[float]) -> str:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def sequence_level_clips_whole_rows(ctx: Context) -> None:
     """Sequence level: a row with r = 1.5 and A > 0, or r = 0.6 and A < 0, gets zero gradient on all its tokens; the opposite signs do not."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     rows = [(1.5, 1.0), (1.5, -1.0), (0.6, -1.0), (0.6, 1.0)]
     logps = random_logps(ctx.gen, 4, 5)
     old = logps - torch.tensor([math.log(r) for r, _ in rows]).unsqueeze(1)
@@ -188,7 +185,7 @@ def sequence_level_clips_whole_rows(ctx: Context) -> None:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
     """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (the cap is eps_high itself, not 1 + eps_high)."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     ratios = [0.5, 1.5, 4.0, 5.5, 8.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     options = {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}
@@ -220,7 +217,7 @@ def _sigmoid_slope(x: torch.Tensor) -> torch.Tensor:
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def sapo_soft_gate(ctx: Context) -> None:
     """sapo: (off-policy / on-policy gradient) = 4 sigma'(tau (r - 1)) r, tau = 1.0 where A > 0 and 1.05 where A < 0."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     ratios = [0.6, 0.9, 1.2, 1.6, 2.5]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     options = {
@@ -258,7 +255,7 @@ SAPO_TAUS = ((1.0, 1.05), (2.0, 3.0))
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def sapo_gate_scale(ctx: Context) -> None:
     """sapo at fixed ratios (r = 1 among them), tau changed from (1, 1.05) to (2, 3): only the gate moves, and its 4 / tau factor keeps its slope 4 sigma'(tau (r - 1)) at 1 for r = 1, so grad(tau') / grad(tau) = sigma'(tau' (r - 1)) / sigma'(tau (r - 1))."""
-    _skip_reinforce(ctx)
+    skip_without_ratio(ctx, " to clip")
     ratios = [0.6, 1.0, 1.3, 2.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     grads = []

@@ -18,16 +18,11 @@ import torch
 
 from checker import conventions
 from checker.checks import CheckFailure, Skip, check
-from checker.checks._loss import batch, loss_and_grad
+from checker.checks._loss import batch, loss_and_grad, skip_without_ratio
 from checker.checks.context import Context, assert_close, fmt
 from reference_impl.protocol import KL_ESTIMATORS
 
 BETA = 0.1
-NO_RATIO = {
-    "reinforce": "the REINFORCE form has no ratio",
-    "on_policy": "old log-probs are unused: the ratio is exp(logp - sg(logp))",
-    "clipped": "",
-}
 
 
 def _k3(d: torch.Tensor | float) -> torch.Tensor:
@@ -228,7 +223,7 @@ def loss_kl_gradient(ctx: Context) -> None:
 def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
     """With use_bias_correction_kl and r = 1.5 or 0.6 (outside the band), the KL term is beta * k3 * r with the UNCLIPPED r (beta * k3 under kl_weight: on_policy, whose weight is 1 in value)."""
     _skip_unless_in_loss(ctx)
-    ctx.skip_unless("policy_loss", "clipped", why=NO_RATIO[ctx.config["policy_loss"]])
+    skip_without_ratio(ctx, " to weight the KL with")
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)

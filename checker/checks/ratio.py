@@ -11,14 +11,15 @@ from __future__ import annotations
 import torch
 
 from checker.checks import CheckFailure, check
-from checker.checks._loss import NEGATIVE_ADVANTAGES, batch, gradient_ratio, loss_and_grad
+from checker.checks._loss import (
+    NEGATIVE_ADVANTAGES,
+    batch,
+    gradient_ratio,
+    loss_and_grad,
+    skip_without_ratio,
+)
 from checker.checks.context import Context, assert_close, fmt
 
-NO_RATIO = {
-    "reinforce": "the REINFORCE form has no importance ratio",
-    "on_policy": "old log-probs are unused: on policy only, checked by on_policy_ratio_is_one",
-    "clipped": "",
-}
 IN_BAND = 0.12  # |logp - old| < 0.12 keeps r in (0.89, 1.13): inside the default band [0.8, 1.2]
 
 
@@ -80,7 +81,7 @@ def _token_ratio_probe(ctx: Context, level: str):
 @check("ratio", "compute_loss")
 def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
     """Token level, inside the band: (off-policy gradient) / (on-policy gradient) = exp(logp - old) per token."""
-    ctx.skip_unless("policy_loss", "clipped", why=NO_RATIO[ctx.config["policy_loss"]])
+    skip_without_ratio(ctx)
     ratio, keep, shift, _ = _token_ratio_probe(ctx, "token")
     expected = shift.exp()[keep]
     assert_close(
@@ -100,7 +101,7 @@ def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
 @check("ratio", "compute_loss")
 def sequence_ratio_is_geometric_mean(ctx: Context) -> None:
     """Sequence level (GSPO): every token of a row gets r = exp(masked mean of logp - old) over the row."""
-    ctx.skip_unless("policy_loss", "clipped", why=NO_RATIO[ctx.config["policy_loss"]])
+    skip_without_ratio(ctx)
     ratio, keep, shift, mask = _token_ratio_probe(ctx, "sequence")
     count = mask.sum(1, keepdim=True).clamp(min=1)
     row_mean = ((shift * mask).sum(1, keepdim=True) / count).expand_as(shift)

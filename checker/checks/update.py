@@ -16,6 +16,7 @@ import torch
 import reference_impl
 from checker import conventions, fixtures
 from checker.checks import CheckFailure, Skip, check
+from checker.checks._loss import skip_without_ratio
 from checker.checks.context import Context, fmt
 from reference_impl.protocol import COMPUTE_STAGES, DEFAULTS
 
@@ -185,7 +186,7 @@ def old_logps_frozen_across_iterations(ctx: Context) -> None:
         or ctx.config["temperature"] != DEFAULTS["temperature"]
     ):
         raise Skip("the reference step runs at beta 0 and temperature 1, not the declared ones")
-    ctx.skip_unless("policy_loss", "clipped", why="the REINFORCE form has no ratio across passes")
+    skip_without_ratio(ctx, " across passes")
     policy, expected, recomputed = (fixtures.tiny_model() for _ in range(3))
     data = _batch(ctx)
     lr = 2.0  # large enough that the second pass sees ratios outside the clip band

@@ -10,10 +10,10 @@ verifier's inputs with `reference_impl` (TRL 1.16 semantics), never from the chi
 reads the source text.
 
 A fork of an older release (TRL 0.17 to 1.14) is judged against that release's semantics and the
-fork's intended customisations, the task's `conventions`
-(`task_harness/releases.py::release_conventions`, overridden by `[grpo.intended]`); without them,
-TRL 1.16's. "rules" (task.toml `probes`) name the rules a task's bugs and decoys are judged by:
-the `<stage>.<name>` rules of FORK_CASES and below judge a stage against a TRL 1.16 fork's
+fork's intended customisations, the task's `conventions` (the release's row of
+`reference_impl/trl_semantics.py`, overridden by `[grpo.intended]`); without them, TRL 1.16's.
+"rules" (task.toml `probes`) name the rules a task's bugs and decoys are judged by: the
+`<stage>.<name>` rules of FORK_CASES and below judge a stage against a TRL 1.16 fork's
 intended semantics (its GRPOConfig defaults and extra terms), `defaults.<field>=<value>` reads
 GRPOConfig's defaults.
 """
@@ -25,6 +25,8 @@ import math
 import plain
 import torch
 from judge import describe, same
+
+from reference_impl.trl_semantics import parse, semantics, value
 
 G = 4
 PROMPTS = [f"{d} =" for d in (1, 2, 3, 4)]
@@ -56,17 +58,8 @@ FORK_OFFSETS = [0.1, -0.24, 0.24, 0.6, -0.6, 1.5, -1.5, 22.0, -22.0, 0.0, 15.0, 
 LOSS_SEED = 7
 PROBE_IDS = [[3, 13, 4, 5, 6]]  # what the reference model is probed on after training
 
-# TRL 1.16's semantics where a task states none (`task_harness/releases.py` has the others).
-DEFAULT_CONVENTIONS = {
-    "loss_types": ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"],
-    "scale_rewards": ["group", "batch", "none"],
-    "delta": True,
-    "importance_sampling_level": True,
-    "use_bias_correction_kl": True,
-    "bias_correction_field": True,
-    "nan_rewards": "excluded",
-    "decode": "plain",
-}
+# TRL 1.16's semantics where a task states none (a fork of an older release states its own).
+DEFAULT_CONVENTIONS = semantics("1.16.0")
 # Decoy rules that need the observations of a stage the task may not list.
 RULE_STAGES = {
     "decode_reasoning": "decode",
@@ -77,11 +70,6 @@ RULE_STAGES = {
 
 def _conventions(conventions: dict | None) -> dict:
     return DEFAULT_CONVENTIONS | (conventions or {})
-
-
-def _release(conventions: dict) -> tuple[int, ...]:
-    version = conventions.get("release")
-    return tuple(int(p) for p in version.split(".")[:3]) if version else (1, 16, 0)
 
 
 def tiny_spec():
@@ -199,9 +187,9 @@ def _loss_runs(stages: list[str], conventions: dict) -> dict[str, dict]:
                 "deltas": "offsets",
             }
     for run in runs.values():
-        # TRL 0.17-0.18 `_compute_loss` reads the old log-probs only when num_iterations > 1
-        old_release = run["old"] is not None and _release(conventions) < (0, 19, 0)
-        run["extra"] = {"num_iterations": 2} if old_release else {}
+        release = parse(conventions["release"])
+        needs_iterations = value("old_logps_need_iterations", release)
+        run["extra"] = {"num_iterations": 2} if run["old"] is not None and needs_iterations else {}
     return runs
 
 

@@ -11,7 +11,9 @@ settings, advantages, masks and log-prob offsets, the reference model's probe id
 verifier checks that the inputs reported are its own before it judges anything.
 
 A fork of an older release (TRL 0.17 to 1.14) is driven by what its trainer has (the scoring
-method's name and return, `_calculate_rewards` or not, one EOS id or a list).
+method's name and return, `_calculate_rewards` or not, one EOS id or a list) through
+`reference_impl/trl_driver.py`, the module grpo-check's `trl` kind drives GRPOTrainer with; the
+verifier ships it beside this file.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ for _name in (
 
 import plain  # noqa: E402
 import torch  # noqa: E402
+
+from reference_impl import trl_driver  # noqa: E402
 
 
 class Job:
@@ -66,24 +70,17 @@ def _table_reward(job: Job, table: str):
 
 
 def _config_value(name: str, value):
-    """`value` as the imported release's GRPOConfig takes it: up to TRL 0.21 `scale_rewards` is
-    a bool (True divides by the group std; TRL 0.21.0 `trl/trainer/grpo_config.py`)."""
-    from dataclasses import fields
-
+    """`value` as the imported release's GRPOConfig takes it (a bool `scale_rewards` up to 0.21)."""
     from trl import GRPOConfig
 
-    default = {f.name: f.default for f in fields(GRPOConfig)}.get(name)
-    if name == "scale_rewards" and isinstance(default, bool):
-        return value == "group"
+    if name == "scale_rewards":
+        return trl_driver.scale_rewards_setting(value, trl_driver.bool_scale_rewards(GRPOConfig))
     return value
 
 
 def _trainer(job: Job, workdir: str, reward_funcs=None, pad_token: str | None = None, **overrides):
     """A GRPOTrainer of the workspace's TRL on the tiny model; `pad_token`: the tokenizer's pad
     token in place of its own (`"<eos>"`: pad == EOS, as many chat models ship)."""
-    import transformers
-    from datasets import Dataset
-    from transformers import PreTrainedTokenizerFast
     from trl import GRPOConfig, GRPOTrainer
 
     from reference_impl.tiny import tiny_model_path
@@ -107,28 +104,20 @@ def _trainer(job: Job, workdir: str, reward_funcs=None, pad_token: str | None = 
         seed=0,
     )
     config.update({name: _config_value(name, value) for name, value in overrides.items()})
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    if pad_token is not None:
-        tokenizer.pad_token = pad_token
-    if int(transformers.__version__.split(".")[0]) < 5:
-        # TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4
-        # refuses `token_type_ids` (the model takes none)
-        tokenizer.model_input_names = ["input_ids", "attention_mask"]
-    trainer = GRPOTrainer(
-        model=str(path),
-        reward_funcs=reward_funcs or [_table_reward(job, "spread")],
-        args=GRPOConfig(**config),
-        train_dataset=Dataset.from_dict({"prompt": setup["prompts"] * 4}),
-        processing_class=tokenizer,
+    return trl_driver.build(
+        GRPOTrainer,
+        path,
+        GRPOConfig(**config),
+        reward_funcs or [_table_reward(job, "spread")],
+        setup["prompts"] * 4,
+        trl_driver.offline_tokenizer(path, pad_token),
     )
-    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); probes call below it
-    return trainer
 
 
 def _capture_rewards(trainer) -> dict:
     """Wrap the trainer's reward computation to keep what the reward functions received and returned."""
     seen = {}
-    if not hasattr(trainer, "_calculate_rewards"):  # up to TRL 0.19.0 the rewards are inline
+    if not trl_driver.computes_rewards_in_method(trainer):
         return _capture_reward_functions(trainer, seen)
     original = trainer._calculate_rewards
 
@@ -160,22 +149,6 @@ def _capture_reward_functions(trainer, seen: dict) -> dict:
 
     trainer.reward_funcs = [wrap(i, f) for i, f in enumerate(trainer.reward_funcs)]
     return seen
-
-
-def _logps(trainer, model, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
-    """The release's scoring method: `_get_per_token_logps` (a tensor) up to TRL 0.19, then
-    `_get_per_token_logps_and_entropies` ((logps, entropies), from 1.7.1 with the aux loss)."""
-    method = getattr(trainer, "_get_per_token_logps_and_entropies", None)
-    if method is None:
-        return trainer._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
-    out = method(model, input_ids, attention_mask, logits_to_keep)
-    return out[0] if isinstance(out, tuple) else out
-
-
-def _eos_token_ids(trainer) -> list[int]:
-    """The ids that end a completion: a list from TRL 1.14.2, the tokenizer's one id before."""
-    ids = getattr(trainer, "eos_token_ids", None)
-    return list(ids) if ids is not None else [trainer.processing_class.eos_token_id]
 
 
 def _generate(job: Job, trainer) -> dict:
@@ -221,16 +194,12 @@ def _observe_scoring(workdir: str, job: Job) -> dict:
 def _keep_logps(trainer) -> dict:
     """Keep the policy log-probs `_compute_loss` computes, with their graph, to take dL/dlogp."""
     kept = {}
-    name = next(
-        n
-        for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
-        if hasattr(trainer, n)
-    )
+    name = trl_driver.scoring_method(type(trainer))
     original = getattr(trainer, name)
 
     def wrapped(*args, **kwargs):
         out = original(*args, **kwargs)
-        kept["logps"] = out[0] if isinstance(out, tuple) else out
+        kept["logps"] = trl_driver.logps_of(out)
         return out
 
     setattr(trainer, name, wrapped)
@@ -255,12 +224,14 @@ def _observe_losses(workdir: str, job: Job) -> dict:
         trainer.model.train()
         kept = _keep_logps(trainer)
         with torch.no_grad():
-            logps = _logps(
-                trainer,
-                trainer.model,
-                torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
-                torch.cat([batch["prompt_mask"], mask], dim=1),
-                length,
+            logps = trl_driver.logps_of(
+                trl_driver.score(
+                    trainer,
+                    trainer.model,
+                    torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                    torch.cat([batch["prompt_mask"], mask], dim=1),
+                    length,
+                )
             )
         inputs = dict(batch, completion_mask=mask, advantages=given["advantages"].clone())
         if "num_items_in_batch" in batch:
@@ -322,9 +293,10 @@ def _observe_model(workdir: str, job: Job) -> dict:
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         with torch.no_grad():
-            logps = _logps(
+            scored = trl_driver.score(
                 trainer, trainer.model, input_ids, attention_mask, batch["completion_ids"].size(1)
             )
+        logps = trl_driver.logps_of(scored)
         seen["batch"] = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -332,7 +304,7 @@ def _observe_model(workdir: str, job: Job) -> dict:
             "completion_ids": batch["completion_ids"],
             "completion_mask": batch["completion_mask"],
             "logps": logps,
-            "eos_token_ids": _eos_token_ids(trainer),
+            "eos_token_ids": trl_driver.eos_token_ids(trainer),
         }
         if "logprobs.normalised_entropy" in job.stages:
             with torch.no_grad():
@@ -370,7 +342,7 @@ def _observe_mask_pad_is_eos(workdir: str, job: Job) -> dict:
     return {
         "completion_ids": batch["completion_ids"],
         "completion_mask": batch["completion_mask"],
-        "eos_token_ids": _eos_token_ids(trainer),
+        "eos_token_ids": trl_driver.eos_token_ids(trainer),
         "pad_token_id": trainer.processing_class.pad_token_id,
     }
 

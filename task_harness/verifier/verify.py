@@ -186,9 +186,10 @@ class Children:
 
     def _stage_support(self) -> None:
         """The observing code and what it imports, under neutral names, in a folder of its own:
-        no judge and no expected value. The trl probes get the tiny model's builder alone; the
-        minigrpo probes (a test fixture family, whose upstream is reference_impl itself) get
-        reference_impl, to run an update step with its stage functions."""
+        no judge and no expected value. The trl probes get the tiny model's builder and the TRL
+        driver (`reference_impl/trl_driver.py`, what grpo-check's trl kind drives GRPOTrainer
+        with); the minigrpo probes (a test fixture family, whose upstream is reference_impl
+        itself) get reference_impl, to run an update step with its stage functions."""
         self.lib.mkdir()
         probes = {"minigrpo": "ref_probes.py", "rlzero": "rlzero_probes.py"}.get(
             self.trainer, "ref_probes.py" if self.family == "reference" else "trl_probes.py"
@@ -199,8 +200,11 @@ class Children:
             shutil.copytree(TESTS_DIR / "reference_impl", self.lib / "reference_impl")
         elif probes == "trl_probes.py":
             (self.lib / "reference_impl").mkdir()
-            (self.lib / "reference_impl" / "__init__.py").write_text('"""The tiny model."""\n')
-            shutil.copy(TESTS_DIR / "reference_impl" / "tiny.py", self.lib / "reference_impl")
+            (self.lib / "reference_impl" / "__init__.py").write_text(
+                '"""The tiny model and the TRL driver."""\n'
+            )
+            for module in ("tiny.py", "trl_driver.py"):
+                shutil.copy(TESTS_DIR / "reference_impl" / module, self.lib / "reference_impl")
 
     def _fresh(self) -> tuple[Path, Path, Path]:
         """A new run folder (the workspace as the agent left it), home and temporary folder."""
