@@ -74,7 +74,8 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
     # The trl tasks' tiny model answers plainly: its completions never carry <think> tags.
     "completions without reasoning tags": lambda spec: spec.family == "trl",
     "several reward functions with unequal weights": lambda spec: (
-        spec.family == "trl" and len(set(_train(spec, "reward_weights", TRL_REWARD_WEIGHTS))) > 1
+        spec.family in ("trl", "user")
+        and len(set(_train(spec, "reward_weights", TRL_REWARD_WEIGHTS))) > 1
     ),
 }
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

@@ -11,10 +11,9 @@ whose inputs are not the job's fails before anything is compared. Nothing reads 
 
 from __future__ import annotations
 
+import plain
 import torch
 from judge import describe, same
-
-import plain
 
 G = 4
 PROMPTS = 3
@@ -54,7 +53,7 @@ def _reward_cases(generator: torch.Generator, functions: list[str]) -> list[dict
             "call": "combine_rewards",
             "inputs": {"rewards_per_func": columns, "reward_weights": weights},
         }
-        for i, weights in enumerate(([1.0, 0.1], [1.0, 0.5]))
+        for i, weights in enumerate(([1.0, 0.1], [0.5, 2.0]))
     ]
     words = torch.randint(0, len(WORDS), (ROWS, LENGTH), generator=generator).tolist()
     sizes = torch.randint(0, LENGTH, (ROWS,), generator=generator).tolist()
@@ -96,6 +95,29 @@ def _advantage_cases(generator: torch.Generator) -> list[dict]:
             ("spread", spread, G),
             ("equal_group", equal, G),
             ("pairs", spread, 2),
+        )
+    ]
+
+
+def _masking_cases(generator: torch.Generator) -> list[dict]:
+    """Completions as `generate` returns them (the tiny vocabulary: EOS is id 1, words 3-16):
+    rows that stop at each position, and rows that never stop."""
+    ids = torch.randint(3, 17, (ROWS, LENGTH), generator=generator)
+    stops = torch.randint(0, LENGTH + 2, (ROWS,), generator=generator)
+    stops[:3] = torch.tensor([0, LENGTH - 1, LENGTH])
+    for row, stop in enumerate(stops.tolist()):
+        if stop < LENGTH:
+            ids[row, stop] = 1
+    return [
+        {
+            "name": f"masking.{name}",
+            "stage": "masking",
+            "call": "completion_mask",
+            "inputs": {"completion_ids": ids, "eos_token_ids": [1], **extra},
+        }
+        for name, extra in (
+            ("default", {}),
+            ("truncation_flag", {"mask_truncated_completions": True}),
         )
     ]
 
@@ -144,7 +166,11 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
         cases += [
             _loss_case("loss_aggregation", "accumulated", generator, beta=0.0, old=0.05),
             _loss_case(
-                "loss_aggregation", "window", generator, beta=0.0, old=0.05,
+                "loss_aggregation",
+                "window",
+                generator,
+                beta=0.0,
+                old=0.05,
                 gradient_accumulation_steps=4,
             ),
         ]
@@ -161,6 +187,8 @@ def make_job(stages: list[str], trainer: dict, seed: int) -> dict:
         cases += _reward_cases(generator, trainer.get("reward_functions", []))
     if "advantages" in wanted:
         cases += _advantage_cases(generator)
+    if "masking" in wanted:
+        cases += _masking_cases(generator)
     cases += _loss_cases(generator, wanted)
     for case in cases:
         case["inputs"] = {name: plain.encode(value) for name, value in case["inputs"].items()}

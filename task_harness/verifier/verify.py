@@ -225,7 +225,9 @@ class Children:
         (base / "tmp").mkdir()
         name = "intended.json"
         script = JOB_SCRIPT.format(
-            lib=str(self.lib), folders=IMPORT_FOLDERS[self.family], job=json.dumps(dict(job, out=name))
+            lib=str(self.lib),
+            folders=IMPORT_FOLDERS[self.family],
+            job=json.dumps(dict(job, out=name)),
         )
         (base / "app" / TRAIN_SCRIPT[self.family]).write_text(script)
         env = dict(jail.BASE_ENV, HOME=str(base / "tmp"), TMPDIR=str(base / "tmp"))
