@@ -53,7 +53,7 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
     ),
     "passes > 1": lambda spec: spec.trainer == "rlzero" and _train(spec, "passes", 1) > 1,
     "num_iterations > 1": lambda spec: (
-        spec.family == "trl" and _train(spec, "num_iterations", 1) > 1
+        spec.family in ("trl", "user") and _train(spec, "num_iterations", 1) > 1
     ),
     "kl_coef > 0": lambda spec: spec.trainer == "rlzero" and _train(spec, "kl_coef", 0.0) > 0,
     "beta > 0": lambda spec: (
