@@ -122,6 +122,34 @@ def _masking_cases(generator: torch.Generator) -> list[dict]:
     ]
 
 
+def _reference_cases(generator: torch.Generator) -> list[dict]:
+    """Training steps with a reference model: prompts `d =` (ids 3-12, then `=` 13), sampled
+    completions ending in EOS (id 1) at various lengths, rewards per completion."""
+    digits = torch.randint(3, 13, (PROMPTS,), generator=generator).repeat_interleave(G)
+    prompt_ids = torch.stack([digits, torch.full_like(digits, 13)], dim=1)
+    completion_ids = torch.randint(3, 17, (ROWS, LENGTH), generator=generator)
+    stops = torch.randint(1, LENGTH, (ROWS,), generator=generator)
+    completion_ids[torch.arange(ROWS), stops] = 1
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": completion_ids,
+        "rewards": torch.rand(ROWS, generator=generator),
+        "num_generations": G,
+        "eos_token_ids": [1],
+        "probe_ids": torch.randint(3, 17, (2, 6), generator=generator),
+        "lr": 0.5,
+    }
+    return [
+        {
+            "name": "reference_model.sync",
+            "stage": "reference_model",
+            "call": "reference_sync",
+            "inputs": inputs,
+        }
+    ]
+
+
 def _loss_case(stage: str, name: str, generator: torch.Generator, **settings) -> dict:
     logps = _logps(generator)
     inputs = {
@@ -189,6 +217,8 @@ def make_job(stages: list[str], trainer: dict, seed: int) -> dict:
         cases += _advantage_cases(generator)
     if "masking" in wanted:
         cases += _masking_cases(generator)
+    if "reference_model" in wanted:
+        cases += _reference_cases(generator)
     cases += _loss_cases(generator, wanted)
     for case in cases:
         case["inputs"] = {name: plain.encode(value) for name, value in case["inputs"].items()}

@@ -49,9 +49,49 @@ def _loss(adapter, inputs: dict) -> dict:
     return {"loss": loss.detach(), "grad": torch.zeros_like(logps) if grad is None else grad}
 
 
+def _reference_sync(adapter, inputs: dict) -> dict:
+    """The reference model through training steps of the driver (`grpo_step`, the trainer's own
+    `training_step`, as many passes as the config's `ref_sync_steps`), then after one more
+    update of the policy alone: what a reference the trainer keeps in step with the policy
+    does, and whether it moves with the policy between its syncs."""
+    from transformers import AutoModelForCausalLM
+
+    from reference_impl.tiny import TinySpec, tiny_model_path
+
+    path = tiny_model_path(TinySpec())
+    policy = AutoModelForCausalLM.from_pretrained(path)
+    reference = AutoModelForCausalLM.from_pretrained(path).eval().requires_grad_(False)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=inputs["lr"])
+    passes = int(getattr(adapter.harness.trainer().args, "ref_sync_steps", 1) or 1)
+    adapter.grpo_step(
+        policy,
+        optimizer,
+        inputs["prompt_ids"],
+        inputs["prompt_mask"],
+        inputs["completion_ids"],
+        inputs["rewards"],
+        num_generations=inputs["num_generations"],
+        eos_token_ids=inputs["eos_token_ids"],
+        reference=reference,
+        num_iterations=passes,
+    )
+    probe = inputs["probe_ids"]
+    with torch.no_grad():
+        synced = reference(input_ids=probe).logits
+        policy_now = policy(input_ids=probe).logits
+    optimizer.zero_grad()
+    policy(input_ids=probe).logits.logsumexp(-1).mean().backward()
+    optimizer.step()
+    with torch.no_grad():
+        later = reference(input_ids=probe).logits
+    return {"reference": synced, "policy": policy_now, "reference_after_policy_step": later}
+
+
 def _call(adapter, case: dict, inputs: dict):
     if case["call"] == "compute_loss":
         return _loss(adapter, inputs)
+    if case["call"] == "reference_sync":
+        return _reference_sync(adapter, inputs)
     if case["call"] == "reward_function":
         values = _named(case["function"])(**inputs)
         return [float("nan") if v is None else float(v) for v in values]

@@ -435,7 +435,9 @@ def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
     reward weights, which no weighted reward in [0, 1] per function can exceed)."""
     problems = []
     for figure in rule.get("nonzero", ()):
-        values = [step.get(figure) for step in steps]
+        # `nonzero_from`: the lines before it are not watched for this rule (a figure that is
+        # 0 only once the symptom has set in, e.g. a KL after the first reference sync)
+        values = [step.get(figure) for step in steps[rule.get("nonzero_from", 0) :]]
         if None in values:
             problems.append(f"{figure} not logged on every line watched: {values}")
         elif all(v == 0.0 for v in values):
