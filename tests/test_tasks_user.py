@@ -17,7 +17,7 @@ def test_stock_trainer_leaves_the_subclass_without_a_method(tmp_path):
     package.mkdir()
     (package / "trainer.py").write_text(
         "import torch\nfrom trl import GRPOTrainer\n\n\n"
-        "class Mine(GRPOTrainer):\n    \"\"\"Ours.\"\"\"\n\n"
+        'class Mine(GRPOTrainer):\n    """Ours."""\n\n'
         "    def _compute_loss(self, model, inputs):\n        return torch.zeros(())\n\n\n"
         "def helper():\n    return 1\n"
     )

@@ -174,8 +174,9 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
     """Loss cases per stage, each run where the other stages' conventions do not change it:
     ratio, clipping and kl on one micro-batch (gradient_accumulation_steps = 1), ratio and
     clipping without the KL term, kl with given old log-probs, loss_aggregation with given old
-    log-probs, no KL term and gradient accumulation (the driver's two accumulated micro-batches,
-    then one micro-step of a window of 4)."""
+    log-probs and no KL term: the driver's two accumulated micro-batches, completions padded to
+    less than `max_completion_length` (TRL pads to the batch's longest), one micro-step of a
+    window of 4."""
     one = {"gradient_accumulation_steps": 1}
     cases = []
     if "ratio" in stages:
@@ -193,6 +194,15 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
     if "loss_aggregation" in stages:
         cases += [
             _loss_case("loss_aggregation", "accumulated", generator, beta=0.0, old=0.05),
+            _loss_case(
+                "loss_aggregation",
+                "below_the_limit",
+                generator,
+                beta=0.0,
+                old=0.05,
+                max_completion_length=LENGTH + 3,
+                **one,
+            ),
             _loss_case(
                 "loss_aggregation",
                 "window",
