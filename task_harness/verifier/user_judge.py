@@ -157,6 +157,8 @@ def _loss_case(stage: str, name: str, generator: torch.Generator, **settings) ->
         "advantages": _advantages(generator),
         "completion_mask": _mask(generator),
     }
+    if settings.pop("filtered_row", False):  # a row left out of the loss (all-zero mask)
+        inputs["completion_mask"][-1] = 0
     old, ref = settings.pop("old", None), settings.pop("ref", None)
     if old is not None:
         inputs["old_per_token_logps"] = logps + _offsets(generator, old)
@@ -194,6 +196,9 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
     if "loss_aggregation" in stages:
         cases += [
             _loss_case("loss_aggregation", "accumulated", generator, beta=0.0, old=0.05),
+            _loss_case(
+                "loss_aggregation", "filtered_row", generator, beta=0.0, old=0.05, filtered_row=True
+            ),
             _loss_case(
                 "loss_aggregation",
                 "below_the_limit",
