@@ -335,6 +335,20 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(within(v, 0.05, 0.08) for v in column(run, "answer_reward")),
         ),
     ],
+    "user-gspo-filter": [
+        Claim(
+            "`loss` is `'0'` on every line, although `grad_norm` is not",
+            "all bugs",
+            lambda run: all(s["loss"] == 0 and s["grad_norm"] > 0 for s in run.steps),
+        ),
+        Claim(
+            "`reward` stays between 0.09 and\n0.15 over the first 60 steps",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6 and all(within(v, 0.09, 0.15) for v in column(run, "reward"))
+            ),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
