@@ -10,6 +10,8 @@ laid out exactly as the Harbor image's skill condition gets it (`export.copy_grp
 
 No GRPO library is installed (`GRPO_LIBRARIES`): an agent must not be able to read a second,
 correct implementation beside the trainer it debugs. A reference-family task needs none; a
+user-family task gets the pristine release its project pins, as `pip install trl==X` leaves
+it (its upstream is public by design: its bugs are in the user's code); a
 trl-family task gets its fork installed as the `trl` package, the way `pip install -e ./trl`
 would: a path file pointing at `/app/trl` and a dist-info naming the fork's release, with no
 RECORD of upstream's file hashes to diff against. A fork of a release that needs other versions
@@ -40,7 +42,7 @@ OWN_ENTRIES = (
     "task_harness",
 )
 CONDITIONS = ("no-skill", "skill")
-FAMILIES = ("reference", "trl")
+FAMILIES = ("reference", "trl", "user")
 # Distributions that implement GRPO; none is in an agent's environment.
 GRPO_LIBRARIES = ("trl", "verl", "openrlhf")
 # Where the trl family's fork lies in the agent's view (the workspace's `trl/` source folder).
@@ -87,7 +89,7 @@ def site_folders() -> list[Path]:
 def release_folders(family: str, fork_version: str | None) -> list[Path]:
     """The folders (installed from the registry, cached) whose packages replace the runner's in
     the env of a fork of `fork_version`: none when the runner's stack serves that release."""
-    if family != "trl" or not fork_version:
+    if family not in ("trl", "user") or not fork_version:
         return []
     from task_harness.releases import dependency_paths
 
@@ -173,17 +175,27 @@ def _install_fork(venv: Path, version: str) -> None:
     (info / "INSTALLER").write_text("pip\n")
 
 
+def _install_release(venv: Path, version: str) -> None:
+    """The user family's TRL: release `version` as `pip install trl==X` leaves it (the package
+    and its dist-info, from the release cache)."""
+    from task_harness.releases import trl_release_path
+
+    for entry in trl_release_path(version).iterdir():
+        if entry.name == "trl" or entry.name.endswith(".dist-info"):
+            _link_tree(entry, _venv_site(venv) / entry.name)
+
+
 def agent_env(condition: str, family: str = "reference", fork_version: str | None = None) -> Path:
     """The cached venv of `condition` ("skill" or "no-skill") for a task of `family`, built on
     first use; a trl-family venv installs the fork of release `fork_version`."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r}")
-    if family not in FAMILIES or (family == "trl") != bool(fork_version):
+    if family not in FAMILIES or (family in ("trl", "user")) != bool(fork_version):
         raise ValueError(f"family {family!r} with fork version {fork_version!r}")
     sites = site_folders()
     extra = release_folders(family, fork_version)
     skill = condition == "skill"
-    flavour = f"{condition}-trl-{fork_version}" if family == "trl" else condition
+    flavour = f"{condition}-{family}-{fork_version}" if fork_version else condition
     venv = cache_dir() / "agent-env" / f"{flavour}-{_fingerprint(extra + sites, skill)}"
     if (venv / "pyvenv.cfg").exists():
         return venv
@@ -204,6 +216,8 @@ def agent_env(condition: str, family: str = "reference", fork_version: str | Non
         _add_grpo_skill(staging)
     if family == "trl":
         _install_fork(staging, fork_version)
+    if family == "user":
+        _install_release(staging, fork_version)
     try:
         staging.rename(venv)
     except OSError:  # another trial built it first; the two are identical

@@ -38,12 +38,33 @@ VERIFIER_FILES = (
     "rlzero_probes.py",
     "trl_probes.py",
     "trl_judge.py",
+    "user_probes.py",
+    "user_judge.py",
+)
+# grpo-check's subclass driver, shipped in a user-family task's tests/ for its children
+# (`user_probes.py`): it builds the user's trainer class and drives each stage method.
+DRIVER_MODULES = (
+    "__init__.py",
+    "trl_adapter.py",
+    "trl_trainer.py",
+    "trl_shims.py",
+    "trl_version.py",
+    "trl_conventions.py",
 )
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {
     "minigrpo": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
     "rlzero": ["train.py", "rlzero/toy_tasks.py", "rlzero/tiny.py"],
     "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
+    "mygrpo": ["train_grpo.py", "model/config.json", "model/model.safetensors"],
+}
+# The user family's trainer: which class, config and reward functions of the workspace's package
+# the verifier drives (task.json "user").
+USER_TRAINER = {
+    "class": "mygrpo.trainer:TeamGRPOTrainer",
+    "config_class": "mygrpo.config:TeamConfig",
+    "config_values": "mygrpo.config:TRAINING",
+    "reward_functions": ["mygrpo.rewards:answer_reward", "mygrpo.rewards:brevity_reward"],
 }
 # The experiment modules an independent trainer takes from reference_impl, renamed.
 EXPERIMENT_MODULES = ("toy_tasks.py", "tiny.py")
@@ -90,7 +111,8 @@ def fork_source(spec: TaskSpec) -> Path:
 
 
 def fork_version(spec: TaskSpec) -> str | None:
-    if spec.family != "trl":
+    """The TRL release of a trl fork, or the one a user-family workspace installs."""
+    if spec.family not in ("trl", "user"):
         return None
     return spec.trl_version or importlib.metadata.version("trl")
 
@@ -203,6 +225,41 @@ def _build_trl(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, file
     _tokenizer_settings(workspace / "model", spec.toml["grpo"].get("tokenizer", {}))
 
 
+def _build_user(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
+    """The user's project (`trainers/mygrpo/`: a GRPOTrainer subclass, its config, rewards and
+    data, a training script) around a pristine TRL; `tests/` gets the intended project, the
+    release the children import and grpo-check's subclass driver."""
+    from reference_impl.tiny import TinySpec, tiny_model_path
+    from task_harness.releases import trl_release_path
+
+    name = spec.trainer
+    intended, buggy = scratch / "intended", scratch / "buggy"
+    for root in (intended, buggy):
+        shutil.copytree(TRAINERS / name, root, ignore=IGNORE)
+    _apply(intended, spec, ("setup",))
+    _apply(buggy, spec, ("setup", "bug"))
+    shutil.copytree(buggy / name, workspace / name)
+    shutil.copytree(intended / name, tests / "expected" / name)
+    for relative in {f for p in spec.patches if p.kind == "bug" for f in p.mutant.files}:
+        target = files / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(intended / relative, target)
+    script = (buggy / "train_grpo.py.tmpl").read_text()
+    (workspace / "train_grpo.py").write_text(script.replace("{run_kwargs}", repr(spec.train)))
+    shutil.copytree(tiny_model_path(TinySpec()), workspace / "model")
+    _tokenizer_for_release(workspace / "model", fork_version(spec))
+    _tokenizer_settings(workspace / "model", spec.toml["grpo"].get("tokenizer", {}))
+    release = trl_release_path(fork_version(spec))
+    for entry in release.iterdir():
+        if entry.name == "trl" or entry.name.endswith(".dist-info"):
+            shutil.copytree(entry, tests / "release" / entry.name, ignore=IGNORE)
+    driver = tests / "driver" / "checker"
+    (driver / "adapters").mkdir(parents=True)
+    (driver / "__init__.py").write_text('"""grpo-check\'s subclass driver."""\n')
+    for module in DRIVER_MODULES:
+        shutil.copy(package_dir("checker") / "adapters" / module, driver / "adapters" / module)
+
+
 def _tokenizer_for_release(model: Path, version: str) -> None:
     """TRL 0.21-0.26 pass every tokenizer output to `generate`, which in transformers 4 refuses
     `token_type_ids`: the tokenizer of a fork that runs on transformers 4 returns none."""
@@ -228,7 +285,7 @@ def protected_files(spec: TaskSpec) -> list[str]:
     """The workspace files that define the experiment (PROTECTED), and the tokenizer's settings
     where the task sets them (`[grpo.tokenizer]`)."""
     files = list(PROTECTED[spec.trainer])
-    if spec.family == "trl" and spec.toml["grpo"].get("tokenizer"):
+    if spec.family in ("trl", "user") and spec.toml["grpo"].get("tokenizer"):
         files.append("model/tokenizer_config.json")
     return files
 
@@ -258,6 +315,8 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
         _build_independent(spec, scratch, workspace, tests, solution / "files")
     elif spec.family == "reference":
         _build_reference(spec, scratch, workspace, tests, solution / "files")
+    elif spec.family == "user":
+        _build_user(spec, scratch, workspace, tests, solution / "files")
     else:
         _build_trl(spec, scratch, workspace, tests, solution / "files")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -288,6 +347,8 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     }
     if spec.family == "trl":
         task["conventions"] = trl_conventions(spec)
+    if spec.family == "user":
+        task["user"] = USER_TRAINER
     (tests / "task.json").write_text(json.dumps(task, indent=2))
     (environment / "Dockerfile").write_text(dockerfile(skill, spec.family, task["fork_version"]))
     if skill:  # the --skill condition: our installer, into the workspace's agent folders
@@ -309,7 +370,9 @@ def dockerfile(skill: bool, family: str, fork_version: str | None = None) -> str
         text = _without_block(text, "skill condition only")
     if family != "trl":
         text = _without_block(text, "trl family only")
-    elif fork_version:
+    if family != "user":
+        text = _without_block(text, "user family only")
+    if family in ("trl", "user") and fork_version:
         text = _release_stack(text, fork_version)
     return text.replace("{fork_version}", fork_version or "")
 

@@ -16,7 +16,11 @@ does not score. Two such agents run on every task they apply to:
   under `<package>/_reference/` and, appended to each of the trainer's modules, functions of the
   trainer's names that call them (`trainers/<trainer>_reference_copy.py`).
 
-Both run on the runner's side, like `oracle`: they are ours, not an outside agent.
+- `stock-trainer` (user family): removes every override of the user's GRPOTrainer subclass (its
+  class body becomes `pass`), as an agent that "goes back to upstream" would: the trainer is
+  then TRL's own, whose defaults are not the user's conventions.
+
+All run on the runner's side, like `oracle`: they are ours, not an outside agent.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from pathlib import Path
 
 from task_harness.installed import package_dir
 
-SHORTCUTS = ("upstream-restore", "upstream-hunks", "reference-copy")
+SHORTCUTS = ("upstream-restore", "upstream-hunks", "reference-copy", "stock-trainer")
 # Which family a shortcut applies to; `tasks verify` omits it elsewhere.
-FAMILY = {"upstream-restore": "trl", "upstream-hunks": "trl", "reference-copy": "reference"}
+FAMILY = {
+    "upstream-restore": "trl",
+    "upstream-hunks": "trl",
+    "reference-copy": "reference",
+    "stock-trainer": "user",
+}
 # The hunks `upstream-hunks` reads: `diff -u`'s, with 3 lines of context either side.
 HUNK_CONTEXT = 3
 FORK_COMMENT = re.compile(r"#.*\bfork\b", re.IGNORECASE)
@@ -64,11 +73,48 @@ def take(shortcut: str, workspace: Path, task: dict) -> list[str]:
             names = notes_names(notes.read_text() if notes.is_file() else "")
             return restore_upstream_hunks(workspace, version, names, keep)
         return restore_upstream_trl(workspace, version, keep)
+    if shortcut == "stock-trainer":
+        return strip_overrides(workspace / task["package"], keep)
     if shortcut == "reference-copy":
         if task.get("trainer", "minigrpo") != "minigrpo":
             return copy_reference_mapped(workspace, task["trainer"], keep)
         return copy_reference(workspace, task["package"], keep)
     raise ValueError(f"unknown shortcut {shortcut!r}; known: {', '.join(SHORTCUTS)}")
+
+
+def strip_overrides(package: Path, keep: frozenset[str] = frozenset()) -> list[str]:
+    """Every class of `package` that derives from GRPOTrainer left with its docstring and
+    `pass`: stock GRPOTrainer under the user's class name. The files it rewrote."""
+    import ast
+
+    rewritten = []
+    for path in sorted(package.rglob("*.py")):
+        relative = str(path.relative_to(package.parent))
+        text = path.read_text()
+        if relative in keep or "GRPOTrainer" not in text:
+            continue
+        lines = text.splitlines(keepends=True)
+        classes = [
+            node
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ClassDef)
+            and any(
+                getattr(base, "id", getattr(base, "attr", "")) == "GRPOTrainer"
+                for base in node.bases
+            )
+        ]
+        for node in sorted(classes, key=lambda n: n.lineno, reverse=True):
+            body = node.body
+            has_doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            start = body[1].lineno if has_doc and len(body) > 1 else body[0].lineno
+            if has_doc and len(body) == 1:
+                continue
+            indent = " " * body[0].col_offset
+            lines[start - 1 : node.end_lineno] = [f"{indent}pass\n"]
+        if classes:
+            path.write_text("".join(lines))
+            rewritten.append(relative)
+    return rewritten
 
 
 def fork_version(workspace: Path) -> str | None:

@@ -21,11 +21,13 @@ from task_harness.installed import default_tasks_dir
 from task_harness.mutants import Mutant, MutantError
 
 TASKS_DIR = default_tasks_dir()
-FAMILIES = ("reference", "trl")
+FAMILIES = ("reference", "trl", "user")
 # The reference family's trainers: `minigrpo` (grpo-skill's reference_impl renamed, the first
 # tasks) and `rlzero` (an independent trainer with its own structure and conventions,
 # task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
-TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",)}
+# The user family's workspace is the user's own project (`mygrpo/`, trainers/mygrpo/: a
+# GRPOTrainer subclass, its config, rewards and data) around a pristine, pip-installed TRL.
+TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",), "user": ("mygrpo",)}
 # The conditions a bug may show under (`condition` of a bug), each with what makes it hold in a
 # task's run: its `[grpo.train]` settings, or the training script of its trainer. A bug's
 # condition must hold in its own task, or the bug has no visible effect there.
@@ -44,12 +46,23 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
         spec.trainer == "rlzero" or spec.toml["grpo"].get("tokenizer", {}).get("pad_token") == EOS
     ),
     "temperature != 1": lambda spec: _train(spec, "temperature", 1.0) != 1.0,
+    # the user family's training script: 64 rows, 16 per prompt (trainers/mygrpo/)
+    "several prompts per batch": lambda spec: spec.family == "user",
+    "gradient_accumulation_steps > 1": lambda spec: (
+        spec.family == "user" and _train(spec, "gradient_accumulation_steps", 1) > 1
+    ),
     "passes > 1": lambda spec: spec.trainer == "rlzero" and _train(spec, "passes", 1) > 1,
     "num_iterations > 1": lambda spec: (
-        spec.family == "trl" and _train(spec, "num_iterations", 1) > 1
+        spec.family in ("trl", "user") and _train(spec, "num_iterations", 1) > 1
     ),
     "kl_coef > 0": lambda spec: spec.trainer == "rlzero" and _train(spec, "kl_coef", 0.0) > 0,
-    "beta > 0": lambda spec: spec.family == "trl" and _train(spec, "beta", 0.0) > 0,
+    "beta > 0": lambda spec: (
+        (spec.family == "trl" and _train(spec, "beta", 0.0) > 0)
+        or (spec.family == "user" and _train(spec, "beta", 0.04) > 0)
+    ),
+    "num_iterations == 1": lambda spec: (
+        spec.family == "user" and _train(spec, "num_iterations", 1) == 1
+    ),
     # rlzero samples prompts_per_step (default 8) distinct prompts per rollout.
     "several prompts per rollout": lambda spec: (
         spec.trainer == "rlzero" and _train(spec, "prompts_per_step", 8) > 1
@@ -61,7 +74,8 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
     # The trl tasks' tiny model answers plainly: its completions never carry <think> tags.
     "completions without reasoning tags": lambda spec: spec.family == "trl",
     "several reward functions with unequal weights": lambda spec: (
-        spec.family == "trl" and len(set(_train(spec, "reward_weights", TRL_REWARD_WEIGHTS))) > 1
+        spec.family in ("trl", "user")
+        and len(set(_train(spec, "reward_weights", TRL_REWARD_WEIGHTS))) > 1
     ),
 }
 TASK_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -163,7 +177,9 @@ def _validate(spec: TaskSpec) -> None:
     if not spec.bugs:
         raise TaskSpecError(f"{where}: [grpo] bugs is empty")
     version = spec.toml["grpo"].get("trl_version")
-    if version is not None and (spec.family != "trl" or not TRL_VERSION.match(str(version))):
+    if version is not None and (
+        spec.family not in ("trl", "user") or not TRL_VERSION.match(str(version))
+    ):
         raise TaskSpecError(f'{where}: [grpo] trl_version must be a release such as "0.17.0"')
     total = sum(b.weight for b in spec.bugs)
     if abs(total - 1.0) > 1e-9:

@@ -283,8 +283,9 @@ def measure_task(spec, lines: int | None = None) -> dict[str, Run]:
     from task_harness.build import build_task, fork_version
 
     trl = spec.family == "trl"
-    lines = lines or (TRL_LOG_LINES if trl else ROLLOUTS)
-    script = "train_grpo.py" if trl else "train.py"
+    logs_dicts = spec.family in ("trl", "user")  # TRL's Trainer runs train_grpo.py
+    lines = lines or (TRL_LOG_LINES if logs_dicts else ROLLOUTS)
+    script = "train_grpo.py" if logs_dicts else "train.py"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("PYTHONPATH", None)
     # The Python the agent's user runs the script with: the task's own stack (an older fork's

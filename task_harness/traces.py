@@ -204,7 +204,7 @@ def _source(spec) -> tuple[Path, str]:
     from task_harness.build import TRAINERS, fork_source
     from task_harness.installed import package_dir
 
-    if spec.trainer == "rlzero":
+    if spec.trainer in ("rlzero", "mygrpo"):
         return TRAINERS / spec.trainer, ""
     if spec.family == "trl":
         return fork_source(spec), "trl"

@@ -317,6 +317,38 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(v > 3.4 for v in column(run, "length")) and run.steps[5]["kl"] < 1.3,
         ),
     ],
+    # 150-step claims checked on the 60 steps logged_runs records
+    "user-flat-grad": [
+        Claim(
+            "Every log line shows `'grad_norm': '0'` and `'kl': '0'`",
+            "all bugs",
+            lambda run: all(s["grad_norm"] == 0 and s["kl"] == 0 for s in run.steps),
+        ),
+        Claim(
+            "`reward` stays between 0.08 and\n0.12 from the first line to the last",
+            "all bugs",
+            lambda run: all(within(v, 0.08, 0.12) for v in column(run, "reward")),
+        ),
+        Claim(
+            "`rewards/answer_reward/mean` is about 0.05-0.08",
+            "all bugs",
+            lambda run: all(within(v, 0.05, 0.08) for v in column(run, "answer_reward")),
+        ),
+    ],
+    "user-gspo-filter": [
+        Claim(
+            "`loss` is `'0'` on every line, although `grad_norm` is not",
+            "all bugs",
+            lambda run: all(s["loss"] == 0 and s["grad_norm"] > 0 for s in run.steps),
+        ),
+        Claim(
+            "`reward` stays between 0.09 and\n0.15 over the first 60 steps",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 6 and all(within(v, 0.09, 0.15) for v in column(run, "reward"))
+            ),
+        ),
+    ],
 }
 SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -334,7 +366,7 @@ def settings(spec) -> set[str]:
 
 def logged_runs(spec) -> dict[str, symptoms.Run]:
     """The task's script run fixed and with every bug, cut as `symptoms.measure_task` cuts it."""
-    trl = spec.family == "trl"
+    trl = spec.family in ("trl", "user")  # TRL's Trainer runs train_grpo.py
     lines = symptoms.TRL_LOG_LINES if trl else symptoms.ROLLOUTS
     script = "train_grpo.py" if trl else "train.py"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")

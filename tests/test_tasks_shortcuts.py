@@ -33,6 +33,7 @@ def test_each_shortcut_applies_to_one_family():
     assert applies("upstream-restore", "trl") and not applies("upstream-restore", "reference")
     assert applies("upstream-hunks", "trl") and not applies("upstream-hunks", "reference")
     assert applies("reference-copy", "reference") and not applies("reference-copy", "trl")
+    assert applies("stock-trainer", "user") and not applies("stock-trainer", "trl")
 
 
 def test_reference_copy_puts_reference_impl_in_place_and_leaves_protected_files(tmp_path):

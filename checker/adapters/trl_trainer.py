@@ -169,14 +169,15 @@ def _implementations(method: Callable) -> list[CodeType]:
     MRO, base first: a subclass that overrides the method and calls super() runs both, and a
     local is read from whichever binds it (the subclass's when both do)."""
     name = inspect.unwrap(method).__name__
-    codes = [inspect.unwrap(method).__code__]
+    codes = []
     for klass in reversed(_CHECKED.cls.__mro__):
         function = vars(klass).get(name)
         if inspect.isfunction(function):
             code = inspect.unwrap(function).__code__
             if code not in codes:
                 codes.append(code)
-    return codes
+    own = inspect.unwrap(method).__code__  # a method found on no class of the MRO (patched in)
+    return codes if own in codes else [own, *codes]
 
 
 @contextmanager

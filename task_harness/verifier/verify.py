@@ -59,7 +59,7 @@ STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 # The script the agent runs to train, per family (its name is what the children's sys.argv shows).
 # A short training run is required where task.json has "learning" (see build.py): rlzero's
 # and minigrpo's toy-task runs, and each trl task's first logged dicts (symptom_problems).
-TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py"}
+TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py", "user": "train_grpo.py"}
 LEARNING_TIMEOUT = 300
 # The script a child runs in place of the training script: the support folder and the workspace
 # (and the trl fork's source folder) go after the standard library and before site-packages, so
@@ -78,7 +78,7 @@ job["out"] = os.path.join(os.environ["TMPDIR"], job["out"])
 session.main(job)
 """
 # The folders of the workspace a child imports from, per family.
-IMPORT_FOLDERS = {"reference": ["."], "trl": [".", "trl"]}
+IMPORT_FOLDERS = {"reference": ["."], "trl": [".", "trl"], "user": ["."]}
 
 
 def installed_package_dir(name: str) -> Path | None:
@@ -191,6 +191,8 @@ class Children:
         with); the minigrpo probes (a test fixture family, whose upstream is reference_impl
         itself) get reference_impl, to run an update step with its stage functions."""
         self.lib.mkdir()
+        if self.family == "user":
+            return self._stage_user_support()
         probes = {"minigrpo": "ref_probes.py", "rlzero": "rlzero_probes.py"}.get(
             self.trainer, "ref_probes.py" if self.family == "reference" else "trl_probes.py"
         )
@@ -205,6 +207,47 @@ class Children:
             )
             for module in ("tiny.py", "trl_driver.py"):
                 shutil.copy(TESTS_DIR / "reference_impl" / module, self.lib / "reference_impl")
+
+    def _stage_user_support(self) -> None:
+        """The user family's children: the observing code, grpo-check's subclass driver, the
+        tiny model's builder and the TRL release the task pins, which they import in place of
+        any TRL of the workspace's environment (the support folder comes first on sys.path)."""
+        shutil.copy(TESTS_DIR / "user_probes.py", self.lib / "session.py")
+        shutil.copy(TESTS_DIR / "plain.py", self.lib / "plain.py")
+        shutil.copytree(TESTS_DIR / "driver" / "checker", self.lib / "checker")
+        (self.lib / "reference_impl").mkdir()
+        (self.lib / "reference_impl" / "__init__.py").write_text('"""The tiny model."""\n')
+        for module in ("tiny.py", "protocol.py"):
+            shutil.copy(TESTS_DIR / "reference_impl" / module, self.lib / "reference_impl")
+        for entry in (TESTS_DIR / "release").iterdir():
+            shutil.copytree(entry, self.lib / entry.name)
+
+    def observe_intended(self, job: dict, intended: Path) -> tuple[dict | None, str]:
+        """Run `job` on the task's intended code (`intended`, ours, not the agent's), in a
+        process of the verifier's own environment with the same support folder."""
+        base = self.scratch / "intended"
+        shutil.copytree(intended, base / "app")
+        (base / "tmp").mkdir()
+        name = "intended.json"
+        script = JOB_SCRIPT.format(
+            lib=str(self.lib),
+            folders=IMPORT_FOLDERS[self.family],
+            job=json.dumps(dict(job, out=name)),
+        )
+        (base / "app" / TRAIN_SCRIPT[self.family]).write_text(script)
+        env = dict(jail.BASE_ENV, HOME=str(base / "tmp"), TMPDIR=str(base / "tmp"))
+        env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+        done = subprocess.run(
+            [sys.executable, TRAIN_SCRIPT[self.family]],
+            cwd=base / "app",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+        )
+        if done.returncode != 0:
+            return None, f"the intended code did not run: {done.stderr.strip()[-300:]}"
+        return plain.load(base / "tmp" / name), ""
 
     def _fresh(self) -> tuple[Path, Path, Path]:
         """A new run folder (the workspace as the agent left it), home and temporary folder."""
@@ -397,7 +440,9 @@ def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
     reward weights, which no weighted reward in [0, 1] per function can exceed)."""
     problems = []
     for figure in rule.get("nonzero", ()):
-        values = [step.get(figure) for step in steps]
+        # `nonzero_from`: the lines before it are not watched for this rule (a figure that is
+        # 0 only once the symptom has set in, e.g. a KL after the first reference sync)
+        values = [step.get(figure) for step in steps[rule.get("nonzero_from", 0) :]]
         if None in values:
             problems.append(f"{figure} not logged on every line watched: {values}")
         elif all(v == 0.0 for v in values):
@@ -583,6 +628,23 @@ def check_trl(task: dict, children: Children) -> dict[str, list[str]]:
     return problems
 
 
+def check_user(task: dict, children: Children) -> dict[str, list[str]]:
+    """Each bug's stage, driven through grpo-check's subclass driver on the workspace's trainer
+    and on the task's intended one (`expected/`) with the same inputs, drawn here: the user's
+    conventions are the intended ones, so neither TRL's defaults nor stock GRPOTrainer pass."""
+    import user_judge
+
+    checks = sorted({bug["stage"] for bug in task["bugs"]})
+    job = user_judge.make_job(checks, task["user"], secrets.randbits(31))
+    seen, cause = children.observe(job)
+    if seen is None:
+        return {stage: [cause] for stage in checks}
+    intended, cause = children.observe_intended(job, TESTS_DIR / "expected")
+    if intended is None:
+        raise RuntimeError(cause)
+    return user_judge.judge(job, seen, intended)
+
+
 def _weigh(task: dict, problems: dict[str, list[str]], cheating: bool, log: list[str]):
     """{bug or decoy id: 1.0 or 0.0} and the weighted total."""
     result: dict[str, float] = {}
@@ -625,9 +687,11 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
     with tempfile.TemporaryDirectory() as scratch:
         trainer = task.get("trainer", "")
         children = Children(workspace, Path(scratch), task["family"], trainer)
-        checker = {"rlzero": check_independent, "minigrpo": check_reference}.get(
-            trainer, check_reference if task["family"] == "reference" else check_trl
-        )
+        checker = {
+            "rlzero": check_independent,
+            "minigrpo": check_reference,
+            "mygrpo": check_user,
+        }.get(trainer, check_reference if task["family"] == "reference" else check_trl)
         problems = checker(task, children)
         result, total = _weigh(task, problems, False, log)
         learning: list[str] = ["not run: a bug is not fixed"]

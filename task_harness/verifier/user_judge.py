@@ -1,0 +1,264 @@
+"""The verifier's side of the `user` family: the job a child runs (`user_probes.py`) and the
+comparison of what it reports with what the task's intended code computes.
+
+Every input is made here, from a seed drawn per run: the reward columns and weights, the texts
+the reward functions score, the advantages' rewards, the loss cases' log-probs, masks,
+advantages and old and reference log-probs. The child feeds them to the workspace's trainer
+through grpo-check's subclass driver and reports what it passed with what came back; the same
+job runs on the intended code (`tests/expected/`, a process of the verifier's own). A report
+whose inputs are not the job's fails before anything is compared. Nothing reads source text.
+"""
+
+from __future__ import annotations
+
+import plain
+import torch
+from judge import describe, same
+
+G = 4
+PROMPTS = 3
+ROWS = G * PROMPTS
+LENGTH = 5
+WORDS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0", "=", "+"]
+
+
+def _mask(generator: torch.Generator) -> torch.Tensor:
+    """A ragged completion mask: each row's first 1 to LENGTH tokens."""
+    lengths = torch.randint(1, LENGTH + 1, (ROWS,), generator=generator)
+    lengths[0] = LENGTH
+    return (torch.arange(LENGTH) < lengths[:, None]).long()
+
+
+def _logps(generator: torch.Generator) -> torch.Tensor:
+    return -(0.1 + 2.5 * torch.rand(ROWS, LENGTH, generator=generator))
+
+
+def _advantages(generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(ROWS, generator=generator)
+
+
+def _offsets(generator: torch.Generator, scale: float) -> torch.Tensor:
+    return scale * torch.randn(ROWS, LENGTH, generator=generator)
+
+
+def _reward_cases(generator: torch.Generator, functions: list[str]) -> list[dict]:
+    answer = (torch.rand(ROWS, generator=generator) < 0.5).float()
+    style = torch.rand(ROWS, generator=generator)
+    style[3] = float("nan")  # a style reward that could not score a row
+    columns = torch.stack([answer, style], dim=1)
+    cases = [
+        {
+            "name": f"rewards.combined_{i}",
+            "stage": "rewards",
+            "call": "combine_rewards",
+            "inputs": {"rewards_per_func": columns, "reward_weights": weights},
+        }
+        for i, weights in enumerate(([1.0, 0.1], [0.5, 2.0]))
+    ]
+    words = torch.randint(0, len(WORDS), (ROWS, LENGTH), generator=generator).tolist()
+    sizes = torch.randint(0, LENGTH, (ROWS,), generator=generator).tolist()
+    completions = [" ".join(WORDS[w] for w in row[:n]) for row, n in zip(words, sizes, strict=True)]
+    ids = [row[:n] + [99] for row, n in zip(words, sizes, strict=True)]
+    prompts = [f"{d} =" for d in range(ROWS)]
+    answers = [WORDS[row[0]] if i % 2 else str(i % 10) for i, row in enumerate(words)]
+    for function in functions:
+        cases.append(
+            {
+                "name": f"rewards.function.{function.partition(':')[2]}",
+                "stage": "rewards",
+                "call": "reward_function",
+                "function": function,
+                "inputs": {
+                    "prompts": prompts,
+                    "completions": completions,
+                    "answer": answers,
+                    "completion_ids": ids,
+                },
+            }
+        )
+    return cases
+
+
+def _advantage_cases(generator: torch.Generator) -> list[dict]:
+    levels = torch.tensor([0.0, 2.0, 5.0]).repeat_interleave(G)
+    spread = levels + torch.rand(ROWS, generator=generator)
+    equal = spread.clone()
+    equal[G : 2 * G] = 1.0  # one group whose rewards are all equal
+    return [
+        {
+            "name": f"advantages.{name}",
+            "stage": "advantages",
+            "call": "compute_advantages",
+            "inputs": {"rewards": rewards, "num_generations": groups},
+        }
+        for name, rewards, groups in (
+            ("spread", spread, G),
+            ("equal_group", equal, G),
+            ("pairs", spread, 2),
+        )
+    ]
+
+
+def _masking_cases(generator: torch.Generator) -> list[dict]:
+    """Completions as `generate` returns them (the tiny vocabulary: EOS is id 1, words 3-16):
+    rows that stop at each position, and rows that never stop."""
+    ids = torch.randint(3, 17, (ROWS, LENGTH), generator=generator)
+    stops = torch.randint(0, LENGTH + 2, (ROWS,), generator=generator)
+    stops[:3] = torch.tensor([0, LENGTH - 1, LENGTH])
+    for row, stop in enumerate(stops.tolist()):
+        if stop < LENGTH:
+            ids[row, stop] = 1
+    return [
+        {
+            "name": f"masking.{name}",
+            "stage": "masking",
+            "call": "completion_mask",
+            "inputs": {"completion_ids": ids, "eos_token_ids": [1], **extra},
+        }
+        for name, extra in (
+            ("default", {}),
+            ("truncation_flag", {"mask_truncated_completions": True}),
+        )
+    ]
+
+
+def _reference_cases(generator: torch.Generator) -> list[dict]:
+    """Training steps with a reference model: prompts `d =` (ids 3-12, then `=` 13), sampled
+    completions ending in EOS (id 1) at various lengths, rewards per completion."""
+    digits = torch.randint(3, 13, (PROMPTS,), generator=generator).repeat_interleave(G)
+    prompt_ids = torch.stack([digits, torch.full_like(digits, 13)], dim=1)
+    completion_ids = torch.randint(3, 17, (ROWS, LENGTH), generator=generator)
+    stops = torch.randint(1, LENGTH, (ROWS,), generator=generator)
+    completion_ids[torch.arange(ROWS), stops] = 1
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": completion_ids,
+        "rewards": torch.rand(ROWS, generator=generator),
+        "num_generations": G,
+        "eos_token_ids": [1],
+        "probe_ids": torch.randint(3, 17, (2, 6), generator=generator),
+        "lr": 0.5,
+    }
+    return [
+        {
+            "name": "reference_model.sync",
+            "stage": "reference_model",
+            "call": "reference_sync",
+            "inputs": inputs,
+        }
+    ]
+
+
+def _loss_case(stage: str, name: str, generator: torch.Generator, **settings) -> dict:
+    logps = _logps(generator)
+    inputs = {
+        "per_token_logps": logps,
+        "advantages": _advantages(generator),
+        "completion_mask": _mask(generator),
+    }
+    if settings.pop("filtered_row", False):  # a row left out of the loss (all-zero mask)
+        inputs["completion_mask"][-1] = 0
+    old, ref = settings.pop("old", None), settings.pop("ref", None)
+    if old is not None:
+        inputs["old_per_token_logps"] = logps + _offsets(generator, old)
+    if ref is not None:
+        inputs["ref_per_token_logps"] = logps + _offsets(generator, ref)
+    return {
+        "name": f"{stage}.{name}",
+        "stage": stage,
+        "call": "compute_loss",
+        "inputs": inputs | settings,
+    }
+
+
+def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
+    """Loss cases per stage, each run where the other stages' conventions do not change it:
+    ratio, clipping and kl on one micro-batch (gradient_accumulation_steps = 1), ratio and
+    clipping without the KL term, kl with given old log-probs, loss_aggregation with given old
+    log-probs and no KL term: the driver's two accumulated micro-batches, completions padded to
+    less than `max_completion_length` (TRL pads to the batch's longest), one micro-step of a
+    window of 4."""
+    one = {"gradient_accumulation_steps": 1}
+    cases = []
+    if "ratio" in stages:
+        cases += [
+            _loss_case("ratio", "on_policy", generator, beta=0.0, **one),
+            _loss_case("ratio", "second_pass", generator, beta=0.0, old=0.05, **one),
+        ]
+    if "clipping" in stages:
+        cases.append(_loss_case("clipping", "far", generator, beta=0.0, old=0.6, **one))
+    if "kl" in stages:
+        cases += [
+            _loss_case("kl", f"beta_{beta}", generator, beta=beta, old=0.0, ref=0.4, **one)
+            for beta in (0.04, 0.2)
+        ]
+    if "loss_aggregation" in stages:
+        cases += [
+            _loss_case("loss_aggregation", "accumulated", generator, beta=0.0, old=0.05),
+            _loss_case(
+                "loss_aggregation", "filtered_row", generator, beta=0.0, old=0.05, filtered_row=True
+            ),
+            _loss_case(
+                "loss_aggregation",
+                "below_the_limit",
+                generator,
+                beta=0.0,
+                old=0.05,
+                max_completion_length=LENGTH + 3,
+                **one,
+            ),
+            _loss_case(
+                "loss_aggregation",
+                "window",
+                generator,
+                beta=0.0,
+                old=0.05,
+                gradient_accumulation_steps=4,
+            ),
+        ]
+    return cases
+
+
+def make_job(stages: list[str], trainer: dict, seed: int) -> dict:
+    """The child's job: the workspace's trainer, config and reward functions (`trainer`, from
+    task.json) and every case of `stages` with its inputs, drawn from `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    wanted = set(stages)
+    cases = []
+    if "rewards" in wanted:
+        cases += _reward_cases(generator, trainer.get("reward_functions", []))
+    if "advantages" in wanted:
+        cases += _advantage_cases(generator)
+    if "masking" in wanted:
+        cases += _masking_cases(generator)
+    if "reference_model" in wanted:
+        cases += _reference_cases(generator)
+    cases += _loss_cases(generator, wanted)
+    for case in cases:
+        case["inputs"] = {name: plain.encode(value) for name, value in case["inputs"].items()}
+    return {
+        "trainer": trainer["class"],
+        "config_class": trainer["config_class"],
+        "config_values": trainer.get("config_values"),
+        "cases": cases,
+    }
+
+
+def judge(job: dict, seen: dict, intended: dict) -> dict[str, list[str]]:
+    """{stage: problems}: each case's reported inputs must be the job's, and its output what
+    the intended code gave for them."""
+    problems: dict[str, list[str]] = {}
+    for case in job["cases"]:
+        found = problems.setdefault(case["stage"], [])
+        name = case["name"]
+        got = seen.get(name)
+        expected = intended.get(name, {}).get("output", {"error": "the intended code did not run"})
+        given = {k: plain.decode(v) for k, v in case["inputs"].items()}
+        if not isinstance(got, dict) or "output" not in got:
+            found.append(f"{name}: not observed")
+        elif not same(got.get("inputs"), given):
+            found.append(f"{name}: the trainer reported inputs other than the verifier's")
+        elif not same(got["output"], expected):
+            found.append(f"{name}: expected {describe(expected)}, got {describe(got['output'])}")
+    return problems
