@@ -41,44 +41,51 @@ def _fork_rules(spec) -> list[str]:
     return sorted(rule for rule in rules if rule not in UPSTREAM_STAGE_RULES)
 
 
-def _observe(workspace: Path, tests: Path, rules: list[str], conventions: dict) -> dict:
-    out = workspace.parent / f"{workspace.name}-seen.json"
-    job = json.dumps(trl_judge.make_job([], rules, conventions) | {"out": str(out)})
+def _observe(workspace: Path, tests: Path, jobs: list[tuple[list[str], dict]]) -> list[dict]:
+    """What the probes see of `workspace`'s TRL for each (rules, conventions), in one child."""
+    outs = [workspace.parent / f"{workspace.name}-seen-{i}.json" for i in range(len(jobs))]
+    payload = json.dumps(
+        [
+            trl_judge.make_job([], rules, conventions) | {"out": str(out)}
+            for (rules, conventions), out in zip(jobs, outs, strict=True)
+        ]
+    )
     code = (
         f"import json, sys; sys.path[1:1] = [{str(tests)!r}, 'trl']; import trl_probes; "
-        f"trl_probes.main(json.loads({job!r}))"
+        f"[trl_probes.main(job) for job in json.loads({payload!r})]"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=workspace, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", code], cwd=workspace, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return plain.load(out)
+    return [plain.load(out) for out in outs]
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory):
-    """{task id: (rules, conventions, seen on the intended fork, seen on upstream TRL)}."""
-    results = {}
+    """{task id: (rules, conventions, seen on the intended fork, seen on upstream TRL)}.
+
+    Each fork is observed in a child of its own; upstream TRL, the same for every task, in one
+    child for all of them (the probes take the tiny model and its tokenizer from the job, not
+    from the workspace)."""
+    intended_seen, jobs = {}, {}
     for spec in TRL_SPECS:
         root = build_task(spec, tmp_path_factory.mktemp(spec.id))
         workspace = root / "environment" / "workspace"
         intended = root / "intended"
-        upstream = root / "upstream"
         shutil.copytree(workspace, intended, symlinks=True)
         shutil.copytree(root / "solution" / "files", intended, dirs_exist_ok=True)
-        shutil.copytree(workspace, upstream, symlinks=True)
-        shutil.rmtree(upstream / "trl" / "trl")
-        shutil.copytree(installed_trl(), upstream / "trl" / "trl")
-        rules = _fork_rules(spec)
         tests = root / "tests"
         conventions = json.loads((tests / "task.json").read_text()).get("conventions") or {}
-        results[spec.id] = (
-            rules,
-            conventions,
-            _observe(intended, tests, rules, conventions),
-            _observe(upstream, tests, rules, conventions),
-        )
-    return results
+        jobs[spec.id] = (_fork_rules(spec), conventions)
+        (intended_seen[spec.id],) = _observe(intended, tests, [jobs[spec.id]])
+    upstream = tmp_path_factory.mktemp("upstream") / "workspace"
+    shutil.copytree(installed_trl(), upstream / "trl" / "trl")
+    upstream_seen = _observe(upstream, tests, list(jobs.values()))
+    return {
+        task_id: (*jobs[task_id], intended_seen[task_id], seen)
+        for task_id, seen in zip(jobs, upstream_seen, strict=True)
+    }
 
 
 def test_every_trl_task_judges_fork_semantics_and_scores_decoys():
