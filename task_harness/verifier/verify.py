@@ -216,8 +216,10 @@ class Children:
         shutil.copy(TESTS_DIR / "plain.py", self.lib / "plain.py")
         shutil.copytree(TESTS_DIR / "driver" / "checker", self.lib / "checker")
         (self.lib / "reference_impl").mkdir()
-        (self.lib / "reference_impl" / "__init__.py").write_text('"""The tiny model."""\n')
-        for module in ("tiny.py", "protocol.py"):
+        (self.lib / "reference_impl" / "__init__.py").write_text(
+            '"""The tiny model, the TRL driver and its release table."""\n'
+        )
+        for module in ("tiny.py", "protocol.py", "trl_driver.py", "trl_semantics.py"):
             shutil.copy(TESTS_DIR / "reference_impl" / module, self.lib / "reference_impl")
         for entry in (TESTS_DIR / "release").iterdir():
             shutil.copytree(entry, self.lib / entry.name)
