@@ -1,12 +1,15 @@
 """rlzero: a small GRPO trainer for toy verifiable-reward tasks, one module per concern.
 
-    config.py      RunConfig, every knob with its default
-    rewards.py     reward functions' outputs -> one reward per completion
-    advantages.py  rewards -> group-relative advantages
+    config.py      RunConfig, every knob with its default, checked when built
+    data.py        the dataset -> each rollout's prompts (shuffled passes), the group layout
     sampling.py    G completions per prompt, and which of their tokens count
-    scoring.py     per-token log-probabilities of completions under a model
-    objective.py   the clipped surrogate with a KL penalty, as one scalar
-    learner.py     the loop: rollout -> advantages -> a few passes of updates
+    rewards.py     reward functions' outputs -> one reward per completion
+    advantages.py  rewards -> advantages (group-relative, batch-scaled, mean-only, leave-one-out)
+    scoring.py     per-token log-probabilities (and entropies) of completions under a model
+    objective.py   the clipped surrogate with a KL penalty, aggregated as one of four loss types
+    learner.py     the loop: rollout -> advantages -> passes of (accumulated) optimizer steps
+    metrics.py     what a step logs, gathered over micro-batches; a JSON-lines log file
+    checkpoint.py  save and resume a run
     toy_tasks.py, tiny.py   the experiment (prompts, reward, model); not part of the trainer
 
 See NOTES.md for the conventions this project chose and why.

@@ -1,25 +1,50 @@
-"""The training loop: rollout -> advantages -> a few passes of updates, in the order it runs."""
+"""The training loop: rollout -> advantages -> passes of optimizer steps, in the order it runs.
+
+One rollout samples `group_size` completions for each of `prompts_per_step` prompts, scores them
+and keeps the sampler's log-probs as the old policy's. Then `passes` times over the rollout, each
+of its `minibatches` shares of rows is one optimizer step, whose gradient is accumulated over
+`grad_accum_steps` micro-batches with the loss normalised for the whole step.
+"""
 
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from rlzero.advantages import group_advantages
+from rlzero import checkpoint
+from rlzero.advantages import estimate_advantages, group_reward_spread
 from rlzero.config import RunConfig
+from rlzero.data import (
+    PromptStream,
+    check_dataset,
+    decode_counted,
+    encode_prompts,
+    reward_inputs,
+    split_rows,
+)
+from rlzero.metrics import JsonLines, PassStats, StepLog, lengths, reached
 from rlzero.objective import surrogate_loss
-from rlzero.rewards import score_completions
-from rlzero.sampling import completion_tokens_mask, sample_groups
-from rlzero.scoring import completion_logprobs
+from rlzero.rewards import mix_rewards, reward_means, score_table
+from rlzero.sampling import completion_tokens_mask, sample_groups, truncated_rows
+from rlzero.scoring import completion_entropy, completion_logprobs, masked_mean
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: an independent copy of `model` as it is now, in eval mode, frozen."""
     return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+def warmup_schedule(optimizer, warmup_steps: int):
+    """The step size rising linearly over the first `warmup_steps` optimizer steps to the
+    optimizer's own (None without warm-up: the optimizer's step size is left alone)."""
+    if warmup_steps <= 0:
+        return None
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: min(1.0, (done + 1) / warmup_steps)
+    )
 
 
 @dataclass
@@ -33,34 +58,51 @@ class Rollout:
     advantages: torch.Tensor  # [N]
     old_logp: torch.Tensor  # [N, T] log-probs of the policy that sampled, no gradient
     ref_logp: torch.Tensor | None = None  # [N, T] under the reference policy
+    truncated: torch.Tensor | None = None  # [N] bool, set when they are left out of the loss
+    stats: dict[str, float] = field(default_factory=dict)  # what the rollout logs
 
+    def loss_mask(self) -> torch.Tensor:
+        """The tokens the loss counts: the completion's, except in rows left out as truncated."""
+        if self.truncated is None:
+            return self.completion_mask
+        return self.completion_mask * (~self.truncated).int().unsqueeze(1)
 
-@dataclass
-class StepLog:
-    step: int
-    reward: float
-    loss: float
-    length: float
-    stats: dict[str, float] = field(default_factory=dict)
+    def select(self, rows: slice) -> Rollout:
+        """The rollout's rows `rows`, every per-row tensor cut alike."""
+        return Rollout(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.completion_mask[rows],
+            self.rewards[rows],
+            self.advantages[rows],
+            self.old_logp[rows],
+            None if self.ref_logp is None else self.ref_logp[rows],
+            None if self.truncated is None else self.truncated[rows],
+        )
 
 
 class Learner:
     """GRPO on a causal LM with a list of reward functions (TRL's reward signature)."""
 
     def __init__(self, cfg: RunConfig, model, tokenizer, reward_fns):
+        if cfg.reward_weights is not None and len(cfg.reward_weights) != len(reward_fns):
+            raise ValueError(
+                f"{len(cfg.reward_weights)} reward weights for {len(reward_fns)} reward functions"
+            )
         self.cfg = cfg
         self.policy = model
         self.tokenizer = tokenizer
         self.reward_fns = reward_fns
         self.reference = frozen_copy(model) if cfg.kl_coef != 0.0 else None
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0
+            model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
+        self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_steps)
 
     def rollout(self, rows: list[dict]) -> Rollout:
         cfg, tok = self.cfg, self.tokenizer
         G = cfg.group_size
-        enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+        enc = encode_prompts(tok, rows)
         completions, sampled_logp = sample_groups(
             self.policy,
             enc["input_ids"],
@@ -74,16 +116,11 @@ class Learner:
         mask = completion_tokens_mask(completions, tok.eos_token_id)
 
         # What the reward functions see: the counted tokens of each completion.
-        lengths = mask.sum(1).tolist()
-        token_ids = [ids[:n] for ids, n in zip(completions.tolist(), lengths, strict=True)]
-        texts = tok.batch_decode(token_ids, skip_special_tokens=True)
-        group_rows = [r for r in rows for _ in range(G)]
-        columns = {k: [r[k] for r in group_rows] for k in rows[0] if k != "prompt"}
-        prompts = [r["prompt"] for r in group_rows]
-        rewards = score_completions(
-            self.reward_fns, cfg.reward_weights, prompts, texts, token_ids, columns
-        )
-        advantages = group_advantages(rewards, G, cfg.adv_eps)
+        token_ids, texts = decode_counted(tok, completions, mask)
+        prompts, columns = reward_inputs(rows, G)
+        per_fn = score_table(self.reward_fns, prompts, texts, token_ids, columns)
+        rewards = mix_rewards(per_fn, cfg.reward_weights)
+        advantages = estimate_advantages(rewards, G, cfg.advantage_estimator, cfg.adv_eps)
 
         input_ids = torch.cat([enc["input_ids"].repeat_interleave(G, 0), completions], 1)
         attention_mask = torch.cat([enc["attention_mask"].repeat_interleave(G, 0), mask], 1)
@@ -96,60 +133,107 @@ class Learner:
                 ref_logp = completion_logprobs(
                     self.reference, input_ids, attention_mask, completions.size(1), cfg.temperature
                 )
-        return Rollout(input_ids, attention_mask, mask, rewards, advantages, old_logp, ref_logp)
+        truncated = truncated_rows(completions, tok.eos_token_id) if cfg.mask_truncated else None
+        stats = group_reward_spread(rewards, G) | reward_means(per_fn, self.reward_fns)
+        stats |= lengths(mask)
+        if truncated is not None:
+            stats["truncated"] = float(truncated.float().mean())
+        if cfg.log_entropy:
+            entropy = completion_entropy(
+                self.policy, input_ids, attention_mask, completions.size(1), cfg.temperature
+            )
+            stats["entropy"] = masked_mean(entropy, mask)
+        return Rollout(
+            input_ids,
+            attention_mask,
+            mask,
+            rewards,
+            advantages,
+            old_logp,
+            ref_logp,
+            truncated,
+            stats,
+        )
 
     def learn(self, batch: Rollout) -> tuple[float, dict[str, float]]:
-        """`cfg.passes` optimizer steps on one rollout; the last loss, and statistics: the last
-        pass's, with `ratio_max` the largest ratio of any pass."""
+        """`cfg.passes` passes over one rollout, `cfg.minibatches` optimizer steps each; the last
+        step's loss, and statistics: the last step's, with `ratio_max` the largest ratio of any."""
         cfg = self.cfg
-        n_new = batch.completion_mask.size(1)
         ratio_max = 0.0
         for _ in range(cfg.passes):
+            for rows in split_rows(batch.rewards.size(0), cfg.minibatches):
+                loss, stats = self.optimizer_step(batch.select(rows))
+                ratio_max = max(ratio_max, stats["ratio_max"])
+        return loss, stats | {"ratio_max": ratio_max}
+
+    def optimizer_step(self, batch: Rollout) -> tuple[float, dict[str, float]]:
+        """One optimizer step on `batch`, its gradient accumulated over `cfg.grad_accum_steps`
+        micro-batches whose losses share the step's normaliser (objective.aggregate); the step's
+        loss and its statistics, with the gradient norm before clipping."""
+        cfg = self.cfg
+        n_new = batch.completion_mask.size(1)
+        loss_mask = batch.loss_mask()
+        tokens = float(loss_mask.sum())
+        gathered = PassStats()
+        total = 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        for rows in split_rows(loss_mask.size(0), cfg.grad_accum_steps):
+            micro = batch.select(rows)
             logp = completion_logprobs(
-                self.policy, batch.input_ids, batch.attention_mask, n_new, cfg.temperature
+                self.policy, micro.input_ids, micro.attention_mask, n_new, cfg.temperature
             )
             loss, stats = surrogate_loss(
                 logp,
-                batch.old_logp,
-                batch.advantages,
-                batch.completion_mask,
+                micro.old_logp,
+                micro.advantages,
+                loss_mask[rows],
                 clip_low=cfg.clip_low,
                 clip_high=cfg.clip_high,
                 max_new_tokens=cfg.max_new_tokens,
-                ref_logp=batch.ref_logp,
+                ref_logp=micro.ref_logp,
                 kl_coef=cfg.kl_coef,
+                kl_estimator=cfg.kl_estimator,
+                dual_clip=cfg.dual_clip,
+                loss_type=cfg.loss_type,
+                rows=loss_mask.size(0),
+                tokens=tokens,
             )
-            self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-            self.optimizer.step()
-            ratio_max = max(ratio_max, stats["ratio_max"])
-        return float(loss.detach()), stats | {"ratio_max": ratio_max}
+            total += float(loss.detach())
+            gathered.add(stats, float(loss_mask[rows].sum()))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return total, gathered.means() | {"grad_norm": float(grad_norm)}
 
     def train(self, dataset: list[dict], on_step: Callable[[StepLog], None] | None = None):
-        """Rollouts over shuffled passes of `dataset` until `cfg.steps` or the target; the logs."""
+        """Rollouts over shuffled passes of `dataset` until `cfg.steps` or the target (resumed
+        from `cfg.resume_from` if set, checkpointed to `cfg.output_dir` if set); the logs."""
         cfg = self.cfg
-        rng = random.Random(cfg.seed)
-        order: list[int] = []
-        logs: list[StepLog] = []
-        for step in range(1, cfg.steps + 1):
-            while len(order) < cfg.prompts_per_step:
-                order += rng.sample(range(len(dataset)), len(dataset))
-            rows = [dataset[i] for i in order[: cfg.prompts_per_step]]
-            del order[: cfg.prompts_per_step]
-            batch = self.rollout(rows)
+        check_dataset(dataset)
+        stream = PromptStream(len(dataset), cfg.prompts_per_step, cfg.seed)
+        done, logs = 0, []
+        if cfg.resume_from:
+            done, logs = checkpoint.resume(self, stream, cfg.resume_from)
+        sinks = [s for s in (on_step, JsonLines(cfg.log_file) if cfg.log_file else None) if s]
+        for step in range(done + 1, cfg.steps + 1):
+            if reached(logs, cfg.target, cfg.target_window):
+                break
+            batch = self.rollout([dataset[i] for i in stream.next_indices()])
             loss, stats = self.learn(batch)
             log = StepLog(
                 step,
                 float(torch.nanmean(batch.rewards)),
                 loss,
                 float(batch.completion_mask.sum(1).float().mean()),
-                stats,
+                stats | batch.stats,
             )
             logs.append(log)
-            if on_step is not None:
-                on_step(log)
-            recent = [entry.reward for entry in logs[-10:]]
-            if len(recent) == 10 and sum(recent) / 10 >= cfg.target:
-                break
+            for sink in sinks:
+                sink(log)
+            if cfg.output_dir and cfg.save_every and step % cfg.save_every == 0:
+                checkpoint.save(self, stream, logs, step)
+        if cfg.output_dir and logs:
+            checkpoint.save(self, stream, logs, logs[-1].step)
         return logs
