@@ -4,6 +4,8 @@ them) are left out of every statistic and get advantage 0."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -86,3 +88,13 @@ def group_reward_spread(rewards: torch.Tensor, group_size: int) -> dict[str, flo
         "reward_std": float(std.mean()),
         "frac_zero_std": float((std == 0).float().mean()),
     }
+
+
+def uniform_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """True for each row of a group whose scored rewards are all equal (or that has none), [N]."""
+    grouped = rewards.view(-1, group_size)
+    scored = ~torch.isnan(grouped)
+    high = torch.where(scored, grouped, -math.inf).max(dim=1).values
+    low = torch.where(scored, grouped, math.inf).min(dim=1).values
+    uniform = ~(high > low)
+    return uniform.repeat_interleave(group_size)

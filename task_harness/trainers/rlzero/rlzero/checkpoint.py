@@ -1,9 +1,11 @@
-"""Checkpoints: everything a run needs to continue as if it had not stopped.
+"""Checkpoints: everything a run needs to continue as if it had not stopped; and the trained
+policy exported for use without rlzero (`export_policy`).
 
 A checkpoint is one file, `step-<n>.pt` in `RunConfig.output_dir`, holding the policy's and the
 reference's weights, the optimizer's state and the warm-up schedule's (if any), the prompt stream's
 order and shuffler, torch's random state (the sampler draws from it), the rollouts' logs so far
-and the number of the last rollout done. `resume` restores all of it, so a run resumed from
+the number of the last rollout done and the run's configuration. `resume` checks that the
+configuration still fits (`check_compatible`) and restores all of it, so a run resumed from
 step n samples and learns at step n + 1 what the uninterrupted run did.
 """
 
@@ -27,6 +29,7 @@ def save(learner, stream, logs: list[StepLog], step: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "step": step,
+        "config": asdict(learner.cfg),
         "policy": learner.policy.state_dict(),
         "reference": None if learner.reference is None else learner.reference.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
@@ -38,7 +41,32 @@ def save(learner, stream, logs: list[StepLog], step: int) -> Path:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)  # a run killed while saving leaves the previous checkpoint intact
+    prune(path.parent, learner.cfg.keep_checkpoints)
     return path
+
+
+def prune(output_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the latest `keep` checkpoints of `output_dir` (keep 0: delete none); the
+    files deleted."""
+    found = sorted(output_dir.glob("step-*.pt"))
+    stale = found[:-keep] if keep > 0 else []
+    for old in stale:
+        old.unlink()
+    return stale
+
+
+# What a resumed run must share with the saved one to continue it: the rollouts' shape, the
+# prompt order's seed and the optimizer steps a rollout makes (the step-size schedule counts them).
+SHAPE = ("task", "seed", "prompts_per_step", "group_size", "passes", "minibatches", "kl_coef")
+
+
+def check_compatible(saved: dict, now: dict, path: Path) -> None:
+    """Raise ValueError naming the first option of SHAPE whose value differs."""
+    for name in SHAPE:
+        if saved.get(name) != now.get(name):
+            raise ValueError(
+                f"{path} was saved with {name}={saved.get(name)!r}; this run has {now.get(name)!r}"
+            )
 
 
 def latest(output_dir: str | Path) -> Path | None:
@@ -57,6 +85,7 @@ def resume(learner, stream, path: str | Path) -> tuple[int, list[StepLog]]:
             raise FileNotFoundError(f"no checkpoint in {path}")
         path = found
     state = torch.load(path, weights_only=False)
+    check_compatible(state["config"], asdict(learner.cfg), path)
     learner.policy.load_state_dict(state["policy"])
     if learner.reference is not None:
         if state["reference"] is None:
@@ -68,3 +97,13 @@ def resume(learner, stream, path: str | Path) -> tuple[int, list[StepLog]]:
     stream.restore(state["stream"])
     torch.set_rng_state(state["torch_rng"])
     return state["step"], [StepLog(**entry) for entry in state["logs"]]
+
+
+def export_policy(policy, tokenizer, folder: str | Path) -> Path:
+    """Save the policy and its tokenizer to `folder` in Hugging Face's format, so that
+    `AutoModelForCausalLM.from_pretrained(folder)` loads the trained model; the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    policy.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -9,8 +9,10 @@ layout.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -74,6 +76,16 @@ def reward_inputs(rows: list[dict], group_size: int) -> tuple[list[str], dict[st
     return [r["prompt"] for r in grouped], columns
 
 
+def render_prompts(rows: list[dict], template: str | None) -> list[dict]:
+    """The rows with each prompt put into `template` at `{prompt}` (None: the rows as they are);
+    the rows themselves are left unchanged. A template without `{prompt}` is refused."""
+    if template is None:
+        return rows
+    if "{prompt}" not in template:
+        raise ValueError(f"the prompt template {template!r} has no {{prompt}}")
+    return [row | {"prompt": template.replace("{prompt}", row["prompt"])} for row in rows]
+
+
 def encode_prompts(tokenizer, rows: list[dict]) -> dict[str, torch.Tensor]:
     """The rows' prompts tokenised and padded to one length, [P, Lp] `input_ids` and
     `attention_mask`, on the side the tokenizer pads."""
@@ -99,3 +111,30 @@ def split_rows(n_rows: int, parts: int) -> list[slice]:
             slices.append(slice(start, stop))
         start = stop
     return slices
+
+
+def load_jsonl(path: str | Path) -> list[dict]:
+    """A dataset from a file of one JSON object a line (blank lines skipped), checked as
+    `check_dataset` checks it; a line that is not JSON is reported with its number."""
+    rows = []
+    with Path(path).open() as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not JSON ({error.msg})") from None
+    check_dataset(rows)
+    return rows
+
+
+def keep_last_tokens(enc: dict[str, torch.Tensor], limit: int | None) -> dict[str, torch.Tensor]:
+    """The encoded prompts cut to their last `limit` positions (None: as they are). With left
+    padding a prompt's own tokens are its last ones, so a short prompt loses only padding."""
+    if limit is None or enc["input_ids"].size(1) <= limit:
+        return enc
+    return {
+        "input_ids": enc["input_ids"][:, -limit:],
+        "attention_mask": enc["attention_mask"][:, -limit:],
+    }

@@ -8,42 +8,57 @@ of its `minibatches` shares of rows is one optimizer step, whose gradient is acc
 
 from __future__ import annotations
 
-import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from rlzero import checkpoint
-from rlzero.advantages import estimate_advantages, group_reward_spread
+from rlzero.advantages import estimate_advantages, group_reward_spread, uniform_groups
 from rlzero.config import RunConfig
 from rlzero.data import (
     PromptStream,
     check_dataset,
     decode_counted,
     encode_prompts,
+    keep_last_tokens,
+    render_prompts,
     reward_inputs,
     split_rows,
 )
-from rlzero.metrics import JsonLines, PassStats, StepLog, lengths, reached
+from rlzero.evaluation import evaluate
+from rlzero.metrics import JsonLines, PassStats, StepLog, Stopwatch, lengths, reached
 from rlzero.objective import surrogate_loss
+from rlzero.reference import due_for_sync, frozen_copy, sync_reference
 from rlzero.rewards import mix_rewards, reward_means, score_table
 from rlzero.sampling import completion_tokens_mask, sample_groups, truncated_rows
 from rlzero.scoring import completion_entropy, completion_logprobs, masked_mean
+from rlzero.shaping import shape_rewards
 
 
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The reference policy: an independent copy of `model` as it is now, in eval mode, frozen."""
-    return copy.deepcopy(model).eval().requires_grad_(False)
+def step_size_factor(done: int, warmup_steps: int, schedule: str, total: int) -> float:
+    """The multiple of the configured step size at optimizer step `done` + 1 of `total`: rising
+    linearly over `warmup_steps`, then constant, or decaying linearly or along a half cosine to 0
+    at the last step."""
+    if done < warmup_steps:
+        return (done + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (done - warmup_steps) / max(1, total - warmup_steps))
+    if schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def warmup_schedule(optimizer, warmup_steps: int):
-    """The step size rising linearly over the first `warmup_steps` optimizer steps to the
-    optimizer's own (None without warm-up: the optimizer's step size is left alone)."""
-    if warmup_steps <= 0:
+def step_size_schedule(optimizer, cfg: RunConfig):
+    """The optimizer's step-size schedule (None for a constant step size without warm-up: the
+    optimizer's own step size is left alone)."""
+    if cfg.warmup_steps <= 0 and cfg.lr_schedule == "constant":
         return None
+    total = cfg.optimizer_steps()
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda done: min(1.0, (done + 1) / warmup_steps)
+        optimizer, lambda done: step_size_factor(done, cfg.warmup_steps, cfg.lr_schedule, total)
     )
 
 
@@ -58,14 +73,14 @@ class Rollout:
     advantages: torch.Tensor  # [N]
     old_logp: torch.Tensor  # [N, T] log-probs of the policy that sampled, no gradient
     ref_logp: torch.Tensor | None = None  # [N, T] under the reference policy
-    truncated: torch.Tensor | None = None  # [N] bool, set when they are left out of the loss
+    left_out: torch.Tensor | None = None  # [N] bool: rows the loss leaves out (config)
     stats: dict[str, float] = field(default_factory=dict)  # what the rollout logs
 
     def loss_mask(self) -> torch.Tensor:
-        """The tokens the loss counts: the completion's, except in rows left out as truncated."""
-        if self.truncated is None:
+        """The tokens the loss counts: the completion's, except in the rows left out."""
+        if self.left_out is None:
             return self.completion_mask
-        return self.completion_mask * (~self.truncated).int().unsqueeze(1)
+        return self.completion_mask * (~self.left_out).int().unsqueeze(1)
 
     def select(self, rows: slice) -> Rollout:
         """The rollout's rows `rows`, every per-row tensor cut alike."""
@@ -77,7 +92,7 @@ class Rollout:
             self.advantages[rows],
             self.old_logp[rows],
             None if self.ref_logp is None else self.ref_logp[rows],
-            None if self.truncated is None else self.truncated[rows],
+            None if self.left_out is None else self.left_out[rows],
         )
 
 
@@ -97,12 +112,14 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
-        self.scheduler = warmup_schedule(self.optimizer, cfg.warmup_steps)
+        self.scheduler = step_size_schedule(self.optimizer, cfg)
 
     def rollout(self, rows: list[dict]) -> Rollout:
         cfg, tok = self.cfg, self.tokenizer
         G = cfg.group_size
-        enc = encode_prompts(tok, rows)
+        enc = keep_last_tokens(
+            encode_prompts(tok, render_prompts(rows, cfg.prompt_template)), cfg.max_prompt_tokens
+        )
         completions, sampled_logp = sample_groups(
             self.policy,
             enc["input_ids"],
@@ -119,7 +136,13 @@ class Learner:
         token_ids, texts = decode_counted(tok, completions, mask)
         prompts, columns = reward_inputs(rows, G)
         per_fn = score_table(self.reward_fns, prompts, texts, token_ids, columns)
-        rewards = mix_rewards(per_fn, cfg.reward_weights)
+        rewards = shape_rewards(
+            mix_rewards(per_fn, cfg.reward_weights),
+            mask.sum(1),
+            cfg.max_new_tokens,
+            cfg.overlong_buffer,
+            cfg.overlong_weight,
+        )
         advantages = estimate_advantages(rewards, G, cfg.advantage_estimator, cfg.adv_eps)
 
         input_ids = torch.cat([enc["input_ids"].repeat_interleave(G, 0), completions], 1)
@@ -133,11 +156,14 @@ class Learner:
                 ref_logp = completion_logprobs(
                     self.reference, input_ids, attention_mask, completions.size(1), cfg.temperature
                 )
-        truncated = truncated_rows(completions, tok.eos_token_id) if cfg.mask_truncated else None
+        left_out = truncated_rows(completions, tok.eos_token_id) if cfg.mask_truncated else None
+        if cfg.skip_zero_std_groups:
+            flat = uniform_groups(rewards, G)
+            left_out = flat if left_out is None else left_out | flat
         stats = group_reward_spread(rewards, G) | reward_means(per_fn, self.reward_fns)
         stats |= lengths(mask)
-        if truncated is not None:
-            stats["truncated"] = float(truncated.float().mean())
+        if left_out is not None:
+            stats["left_out"] = float(left_out.float().mean())
         if cfg.log_entropy:
             entropy = completion_entropy(
                 self.policy, input_ids, attention_mask, completions.size(1), cfg.temperature
@@ -151,7 +177,7 @@ class Learner:
             advantages,
             old_logp,
             ref_logp,
-            truncated,
+            left_out,
             stats,
         )
 
@@ -195,6 +221,7 @@ class Learner:
                 kl_estimator=cfg.kl_estimator,
                 dual_clip=cfg.dual_clip,
                 loss_type=cfg.loss_type,
+                importance_level=cfg.importance_level,
                 rows=loss_mask.size(0),
                 tokens=tokens,
             )
@@ -207,11 +234,33 @@ class Learner:
             self.scheduler.step()
         return total, gathered.means() | {"grad_norm": float(grad_norm)}
 
-    def train(self, dataset: list[dict], on_step: Callable[[StepLog], None] | None = None):
+    def evaluate(self, rows: list[dict]) -> dict[str, float]:
+        """The policy's greedy answers to `rows`, scored (rlzero.evaluation)."""
+        cfg = self.cfg
+        return evaluate(
+            self.policy,
+            self.tokenizer,
+            rows,
+            self.reward_fns,
+            cfg.reward_weights,
+            cfg.max_new_tokens,
+            cfg.eval_batch_size,
+        )
+
+    def train(
+        self,
+        dataset: list[dict],
+        on_step: Callable[[StepLog], None] | None = None,
+        eval_dataset: list[dict] | None = None,
+    ):
         """Rollouts over shuffled passes of `dataset` until `cfg.steps` or the target (resumed
-        from `cfg.resume_from` if set, checkpointed to `cfg.output_dir` if set); the logs."""
+        from `cfg.resume_from` if set, checkpointed to `cfg.output_dir` if set); the logs. After
+        each rollout's update the reference may be synced and the policy evaluated (config), on
+        `eval_dataset` if given."""
         cfg = self.cfg
         check_dataset(dataset)
+        if eval_dataset is not None:
+            check_dataset(eval_dataset)
         stream = PromptStream(len(dataset), cfg.prompts_per_step, cfg.seed)
         done, logs = 0, []
         if cfg.resume_from:
@@ -220,8 +269,17 @@ class Learner:
         for step in range(done + 1, cfg.steps + 1):
             if reached(logs, cfg.target, cfg.target_window):
                 break
+            watch = Stopwatch()
             batch = self.rollout([dataset[i] for i in stream.next_indices()])
+            watch.lap("rollout")
             loss, stats = self.learn(batch)
+            watch.lap("learn")
+            if cfg.log_timing:
+                stats |= watch.stats(float(batch.completion_mask.sum()))
+            if self.reference is not None and due_for_sync(step, cfg.ref_sync_every):
+                sync_reference(self.reference, self.policy, cfg.ref_sync_alpha)
+            if cfg.eval_every and step % cfg.eval_every == 0:
+                stats |= self.evaluate((eval_dataset or dataset)[: cfg.eval_prompts])
             log = StepLog(
                 step,
                 float(torch.nanmean(batch.rewards)),
@@ -236,4 +294,6 @@ class Learner:
                 checkpoint.save(self, stream, logs, step)
         if cfg.output_dir and logs:
             checkpoint.save(self, stream, logs, logs[-1].step)
+        if cfg.export_dir:
+            checkpoint.export_policy(self.policy, self.tokenizer, cfg.export_dir)
         return logs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,26 @@ class PassStats:
         return out
 
 
+class Stopwatch:
+    """Wall-clock seconds of the phases of one rollout, logged as `<phase>_seconds`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._started = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """Charge the time since the previous lap (or the start) to `phase`."""
+        now = time.perf_counter()
+        self.seconds[f"{phase}_seconds"] = now - self._started
+        self._started = now
+
+    def stats(self, sampled_tokens: float) -> dict[str, float]:
+        """The phases' seconds and the sampled tokens per second of the rollout phase."""
+        rollout = self.seconds.get("rollout_seconds", 0.0)
+        rate = sampled_tokens / rollout if rollout > 0 else 0.0
+        return self.seconds | {"tokens_per_second": rate}
+
+
 def lengths(completion_mask) -> dict[str, float]:
     """Counted tokens per completion: the shortest and the longest of a rollout (the mean is
     StepLog.length)."""
@@ -54,6 +75,20 @@ def reached(logs: list[StepLog], target: float, window: int) -> bool:
     """Whether the mean reward of the last `window` rollouts reaches `target`."""
     recent = [entry.reward for entry in logs[-window:]]
     return len(recent) == window and sum(recent) / window >= target
+
+
+def summary(logs: list[StepLog], target: float, window: int) -> dict[str, float | int | None]:
+    """A finished run in a few figures: its rollouts, the best mean reward over `window`
+    consecutive rollouts, and the first rollout at which that mean reached `target` (None: it
+    never did)."""
+    rewards = [entry.reward for entry in logs]
+    means = [sum(rewards[end - window : end]) / window for end in range(window, len(rewards) + 1)]
+    first = next((window + i for i, mean in enumerate(means) if mean >= target), None)
+    return {
+        "rollouts": len(logs),
+        "best_mean_reward": max(means) if means else None,
+        "reached_target_at": first,
+    }
 
 
 class JsonLines:

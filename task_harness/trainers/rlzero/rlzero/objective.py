@@ -21,6 +21,20 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
+def importance_log_ratio(
+    logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """log of the importance ratio policy / old policy: per token ("token", [N, T]), or one per
+    completion, the mean over its counted tokens of the per-token log ratios ("sequence", [N, 1];
+    GSPO, arXiv:2507.18071, TRL's importance_sampling_level)."""
+    log_ratio = logp - old_logp
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        return ((log_ratio * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).unsqueeze(1)
+    raise ValueError(f"unknown importance level {level!r}")
+
+
 def aggregate(
     per_token: torch.Tensor,
     mask: torch.Tensor,
@@ -67,13 +81,14 @@ def surrogate_loss(
     kl_estimator: str = "k3",
     dual_clip: float | None = None,
     loss_type: str = "dr_grpo",
+    importance_level: str = "token",
     rows: int | None = None,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss to minimise and its statistics.
 
     Per token (PPO, arXiv:1707.06347; GRPO, arXiv:2402.03300):
-        r = exp(logp - old_logp)
+        r = exp(logp - old_logp)   (with importance_level "sequence": `importance_log_ratio`)
         l = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A) + kl_coef * k3
     with k3 (or the estimator `kl_estimator` names) from `kl_estimate`. With `dual_clip` c, a token
     whose advantage is negative loses at most -c * A. Aggregation: `aggregate` by `loss_type`;
@@ -84,7 +99,7 @@ def surrogate_loss(
     (where the clip cuts the gradient); `kl` the mean estimate over counted tokens.
     """
     mask = mask.float()
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(importance_log_ratio(logp, old_logp, mask, importance_level))
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
