@@ -299,6 +299,29 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.steps[5]["answer_reward"], 0.5, 0.8),
         ),
     ],
+    "rz-accum-kl": [
+        Claim(
+            "reached a mean reward above 0.6 over rollouts 31-40",
+            "fixed",
+            lambda run: block(run, "reward", 3) > 0.6,
+        ),
+        Claim("with `kl`\naveraging below 2 there", "fixed", lambda run: block(run, "kl", 3) < 2),
+        Claim(
+            "stays below 0.12 for\nthe first 50 rollouts",
+            "all bugs",
+            lambda run: len(run.steps) == 50 and max(run.blocks("reward")) < 0.12,
+        ),
+        Claim(
+            "averages above 2.3\nover every block of ten",
+            "all bugs",
+            lambda run: min(run.blocks("entropy")) > 2.3,
+        ),
+        Claim(
+            "had fallen below 1.6 by rollouts 31-40",
+            "fixed",
+            lambda run: block(run, "entropy", 3) < 1.6,
+        ),
+    ],
     "trl017-tempered-weights": [
         Claim(
             "should never exceed 1.1, yet it passes 1.1 by step 60",

@@ -111,8 +111,8 @@ class RunConfig:
     minibatches: int = 1
     """Optimizer steps per pass, each on its share of the rollout's rows (contiguous, in order)."""
     grad_accum_steps: int = 1
-    """Micro-batches whose gradients add up to one optimizer step (memory, not maths: the loss
-    of a step is the same however it is split)."""
+    """Micro-batches each optimizer step's rows are split into, to bound the memory a forward
+    pass takes."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip before each optimizer step."""
 

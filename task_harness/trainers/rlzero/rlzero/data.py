@@ -1,10 +1,7 @@
-"""Prompt datasets -> the rows of each rollout, and the group layout every later stage assumes.
+"""Prompt datasets -> the rows of each rollout, and what the reward functions are given of them.
 
 A rollout takes `prompts_per_step` distinct rows of the dataset (shuffled passes over it, so each
-row comes once per pass) and samples `group_size` completions for each. Every stage after the
-sampler sees the completions of prompt g in rows g*G .. g*G + G - 1 (`group_rows`; the learner
-repeats the prompts' token ids the same way): `advantages.py` reshapes rewards to [P, G] on that
-layout.
+row comes once per pass) and samples `group_size` completions for each.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 One rollout samples `group_size` completions for each of `prompts_per_step` prompts, scores them
 and keeps the sampler's log-probs as the old policy's. Then `passes` times over the rollout, each
-of its `minibatches` shares of rows is one optimizer step, whose gradient is accumulated over
-`grad_accum_steps` micro-batches with the loss normalised for the whole step.
+of its `minibatches` shares of rows is one optimizer step, run as `grad_accum_steps`
+micro-batches.
 """
 
 from __future__ import annotations
@@ -193,9 +193,9 @@ class Learner:
         return loss, stats | {"ratio_max": ratio_max}
 
     def optimizer_step(self, batch: Rollout) -> tuple[float, dict[str, float]]:
-        """One optimizer step on `batch`, its gradient accumulated over `cfg.grad_accum_steps`
-        micro-batches whose losses share the step's normaliser (objective.aggregate); the step's
-        loss and its statistics, with the gradient norm before clipping."""
+        """One optimizer step on `batch`, run as `cfg.grad_accum_steps` micro-batches whose losses
+        use the step's rows and tokens as their normaliser (objective.aggregate); the step's loss
+        and its statistics, with the gradient norm before clipping."""
         cfg = self.cfg
         n_new = batch.completion_mask.size(1)
         loss_mask = batch.loss_mask()
