@@ -259,6 +259,12 @@ class Learner:
         `eval_dataset` if given."""
         cfg = self.cfg
         check_dataset(dataset)
+        if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
+            # The sampler pads finished rows and batches prompts: it needs both ids.
+            raise ValueError(
+                "the tokenizer needs a pad token and an EOS token "
+                "(many models ship none for padding: set tokenizer.pad_token = tokenizer.eos_token)"
+            )
         if eval_dataset is not None:
             check_dataset(eval_dataset)
         stream = PromptStream(len(dataset), cfg.prompts_per_step, cfg.seed)
