@@ -322,6 +322,31 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: block(run, "entropy", 3) < 1.6,
         ),
     ],
+    "rz-format-shift": [
+        Claim(
+            "reached a mean reward above 0.9 within 30 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 30),
+        ),
+        Claim(
+            "print zero on every line of the first 50 rollouts",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 50
+                and all(s["reward"] == s["loss"] == s["grad_norm"] == 0 for s in run.steps)
+            ),
+        ),
+        Claim(
+            "averages between 6 and 8 over every block of ten rollouts",
+            "all bugs",
+            lambda run: all(6 <= v <= 8 for v in run.blocks("ratio_max")),
+        ),
+        Claim(
+            "fell to 1.00 once the model had learned the answer",
+            "fixed",
+            lambda run: round(run.steps[-1]["ratio_max"], 2) == 1.00,
+        ),
+    ],
     "trl017-tempered-weights": [
         Claim(
             "should never exceed 1.1, yet it passes 1.1 by step 60",
