@@ -91,8 +91,8 @@ class RunConfig:
     """How far each sync moves the reference: ref <- alpha * policy + (1 - alpha) * ref (TRL's
     ref_model_mixup_alpha)."""
     kl_estimator: str = "k3"
-    """Estimator of KL(policy || reference) per token (Schulman 2020, rlzero.objective.kl_estimate):
-    k1 = log p - log q, k2 = (log p - log q)^2 / 2, k3 = q/p - log(q/p) - 1."""
+    """Estimator of the KL to the reference per token: "k1", "k2" or "k3" (Schulman 2020,
+    "Approximating KL divergence"; rlzero.objective.kl_estimate computes them)."""
 
     # --- the optimizer ----------------------------------------------------------------------------
     lr: float = 3e-3

@@ -66,8 +66,8 @@ def group_rows(rows: list[dict], group_size: int) -> list[dict]:
 
 
 def reward_inputs(rows: list[dict], group_size: int) -> tuple[list[str], dict[str, list]]:
-    """The prompts and the dataset's other columns, one entry per completion (grouped layout),
-    as the reward functions take them."""
+    """The prompts and the dataset's other columns, one entry per completion, as the reward
+    functions take them."""
     grouped = group_rows(rows, group_size)
     columns = {k: [r[k] for r in grouped] for k in rows[0] if k != "prompt"}
     return [r["prompt"] for r in grouped], columns
