@@ -11,8 +11,9 @@ patches applied to both its workspace and its intended trainer, its own:
   `torch.std` does by default and TRL's `nanstd` does);
 - `clip_low`, `clip_high`, the trust region (DAPO's clip-higher, arXiv:2503.14476, when
   clip_high > clip_low; always asymmetric here, so the `asymmetric_band` decoy keeps meaning);
-- `loss_normaliser`: "rows x max_new_tokens" (Dr. GRPO, arXiv:2503.20783, a constant) or
-  "tokens" (DAPO's token-level mean over the batch's counted tokens).
+- `loss_normaliser`: "rows x max_new_tokens" (Dr. GRPO, arXiv:2503.20783, a constant; rlzero's
+  `loss_type` "dr_grpo") or "tokens" (DAPO's token-level mean over the batch's counted tokens;
+  `loss_type` "dapo").
 
 The verifier judges a task's stages against its intended trainer, so a sibling's trainer fails
 every stage whose probes see one of these (advantages, clipping, ratio, update, kl,
@@ -144,22 +145,18 @@ def setup_patches(c: Conventions) -> list[dict]:
     if c.loss_normaliser == "tokens":
         patches.append(
             _patch(
-                "convention_token_mean",
-                "rlzero/objective.py",
-                "    loss = (per_token * mask).sum() / (mask.size(0) * max_new_tokens)\n",
-                "    loss = (per_token * mask).sum() / mask.sum().clamp(min=1)\n",
+                "convention_loss_type",
+                "rlzero/config.py",
+                '    loss_type: str = "dr_grpo"\n',
+                '    loss_type: str = "dapo"\n',
             )
         )
         patches.append(
             _patch(
-                "convention_token_mean_doc",
+                "convention_loss_type_default",
                 "rlzero/objective.py",
-                "    Aggregation (Dr. GRPO, arXiv:2503.20783): the sum over counted tokens divided by\n"
-                "    rows * max_new_tokens, a constant, so a completion's weight does not depend on "
-                "its length.\n",
-                "    Aggregation (DAPO, arXiv:2503.14476): the sum over counted tokens divided by "
-                "their number in\n    the batch, so every token weighs the same "
-                "(`max_new_tokens` is unused).\n",
+                '    loss_type: str = "dr_grpo",\n',
+                '    loss_type: str = "dapo",\n',
             )
         )
     return patches

@@ -56,6 +56,9 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
         spec.family in ("trl", "user") and _train(spec, "num_iterations", 1) > 1
     ),
     "kl_coef > 0": lambda spec: spec.trainer == "rlzero" and _train(spec, "kl_coef", 0.0) > 0,
+    "grad_accum_steps > 1": lambda spec: (
+        spec.trainer == "rlzero" and _train(spec, "grad_accum_steps", 1) > 1
+    ),
     "beta > 0": lambda spec: (
         (spec.family == "trl" and _train(spec, "beta", 0.0) > 0)
         or (spec.family == "user" and _train(spec, "beta", 0.04) > 0)

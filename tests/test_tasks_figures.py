@@ -299,6 +299,54 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.steps[5]["answer_reward"], 0.5, 0.8),
         ),
     ],
+    "rz-accum-kl": [
+        Claim(
+            "reached a mean reward above 0.6 over rollouts 31-40",
+            "fixed",
+            lambda run: block(run, "reward", 3) > 0.6,
+        ),
+        Claim("with `kl`\naveraging below 2 there", "fixed", lambda run: block(run, "kl", 3) < 2),
+        Claim(
+            "stays below 0.12 for\nthe first 50 rollouts",
+            "all bugs",
+            lambda run: len(run.steps) == 50 and max(run.blocks("reward")) < 0.12,
+        ),
+        Claim(
+            "averages above 2.3\nover every block of ten",
+            "all bugs",
+            lambda run: min(run.blocks("entropy")) > 2.3,
+        ),
+        Claim(
+            "had fallen below 1.6 by rollouts 31-40",
+            "fixed",
+            lambda run: block(run, "entropy", 3) < 1.6,
+        ),
+    ],
+    "rz-format-shift": [
+        Claim(
+            "reached a mean reward above 0.9 within 30 rollouts",
+            "fixed",
+            lambda run: within(run.rollouts_to(0.9), 1, 30),
+        ),
+        Claim(
+            "print zero on every line of the first 50 rollouts",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 50
+                and all(s["reward"] == s["loss"] == s["grad_norm"] == 0 for s in run.steps)
+            ),
+        ),
+        Claim(
+            "averages between 6 and 8 over every block of ten rollouts",
+            "all bugs",
+            lambda run: all(6 <= v <= 8 for v in run.blocks("ratio_max")),
+        ),
+        Claim(
+            "fell to 1.00 once the model had learned the answer",
+            "fixed",
+            lambda run: round(run.steps[-1]["ratio_max"], 2) == 1.00,
+        ),
+    ],
     "trl017-tempered-weights": [
         Claim(
             "should never exceed 1.1, yet it passes 1.1 by step 60",

@@ -169,6 +169,8 @@ def _fixed_rollout(completions: torch.Tensor, config: dict, seed: int = 4):
 
     def recorded(prompts, completions, completion_ids, answer, **_):
         seen.setdefault("completion_ids", [list(ids) for ids in completion_ids])
+        seen.setdefault("prompts", list(prompts))
+        seen.setdefault("answers", list(answer))
         seen.setdefault("completions", list(completions))
         return _answers(prompts, completions, completion_ids, answer)
 
@@ -208,6 +210,14 @@ def _():
     """Each completion is scored after the prompt it was sampled for (rows g*G .. g*G + G - 1)."""
     _, batch, _ = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
     return batch.input_ids
+
+
+@probe("rewards.rollout", "rewards")
+def _():
+    """Each completion is judged with its own prompt's row: the rewards of a rollout and the
+    prompts and answers the reward functions were handed."""
+    _, batch, seen = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
+    return {"rewards": batch.rewards, "prompts": seen["prompts"], "answers": seen["answers"]}
 
 
 # --- rollout (advantages and old log-probs as the loop computes them) ----------------------------
@@ -332,6 +342,12 @@ def _():
 @probe("update.one_pass", "update")
 def _():
     return _learned({"passes": 1})
+
+
+@probe("update.accumulated", "update")
+def _():
+    """One optimizer step run as two micro-batches: the step the whole rollout's gradient takes."""
+    return _learned({"passes": 1, "grad_accum_steps": 2})
 
 
 @probe("kl.learner", "kl")

@@ -7,14 +7,24 @@ import math
 import torch
 
 
-def score_completions(reward_fns, weights, prompts, texts, token_ids, columns) -> torch.Tensor:
-    """Call every reward function on the batch; a None (the function does not apply to that
-    completion) becomes NaN; returns the combined reward of each completion, [N]."""
+def score_table(reward_fns, prompts, texts, token_ids, columns) -> torch.Tensor:
+    """Call every reward function on the batch (TRL's signature: keyword arguments `prompts`,
+    `completions`, `completion_ids` and the dataset's other columns); [N, K] scores, a None (the
+    function does not apply to that completion) as NaN."""
     table = []
     for fn in reward_fns:
         values = fn(prompts=prompts, completions=texts, completion_ids=token_ids, **columns)
+        if len(values) != len(texts):
+            name = getattr(fn, "__name__", repr(fn))
+            raise ValueError(f"reward function {name} gave {len(values)} scores for {len(texts)}")
         table.append([math.nan if v is None else float(v) for v in values])
-    return mix_rewards(torch.tensor(table, dtype=torch.float32).T, weights)
+    return torch.tensor(table, dtype=torch.float32).T.reshape(len(texts), len(reward_fns))
+
+
+def score_completions(reward_fns, weights, prompts, texts, token_ids, columns) -> torch.Tensor:
+    """Call every reward function on the batch; a None (the function does not apply to that
+    completion) becomes NaN; returns the combined reward of each completion, [N]."""
+    return mix_rewards(score_table(reward_fns, prompts, texts, token_ids, columns), weights)
 
 
 def mix_rewards(per_fn: torch.Tensor, weights) -> torch.Tensor:
@@ -31,3 +41,13 @@ def mix_rewards(per_fn: torch.Tensor, weights) -> torch.Tensor:
     total = torch.nansum(weighted, dim=1)
     scored = (~torch.isnan(per_fn)).any(dim=1)
     return torch.where(scored, total, torch.full_like(total, math.nan))
+
+
+def reward_means(per_fn: torch.Tensor, reward_fns) -> dict[str, float]:
+    """Each function's mean score over the completions it scored, unweighted, logged as
+    `reward_<function name>` (NaN for a function that scored none)."""
+    means = {}
+    for k, fn in enumerate(reward_fns):
+        name = getattr(fn, "__name__", f"fn{k}").removesuffix("_reward")
+        means[f"reward_{name}"] = float(torch.nanmean(per_fn[:, k]))
+    return means

@@ -49,3 +49,11 @@ def completion_tokens_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.T
     is_eos = (completion_ids == eos_id).int()
     eos_seen_before = torch.cumsum(is_eos, dim=1) - is_eos
     return (eos_seen_before == 0).int()
+
+
+def truncated_rows(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """True for each completion that never produced EOS: it was cut at the token budget, [N] bool.
+
+    RunConfig.mask_truncated leaves these out of the loss: their reward judges an unfinished
+    answer, so it says little about the tokens that were sampled."""
+    return ~(completion_ids == eos_id).any(dim=1)

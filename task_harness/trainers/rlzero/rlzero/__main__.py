@@ -1,0 +1,5 @@
+"""`python -m rlzero`: see rlzero.cli."""
+
+from rlzero.cli import main
+
+main()
