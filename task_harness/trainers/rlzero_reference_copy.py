@@ -3,7 +3,8 @@
 An agent that found grpo-skill's reference would copy it in and point each of the trainer's stage
 functions at its counterpart, mapping argument names where the two have the same notion
 (clip_low -> epsilon_low, clip_high -> epsilon_high, kl_coef -> beta, max_new_tokens ->
-max_completion_length) and keeping the reference's behaviour for everything else. `SHIMS` is
+max_completion_length, loss_type, importance_level -> importance_sampling_level, the step's
+tokens -> num_items_in_batch) and keeping the reference's behaviour for everything else. `SHIMS` is
 what that agent appends to each module (`shortcuts.copy_reference` copies reference_impl to
 `rlzero/_reference/` first); rlzero's loop, which has no counterpart, stays.
 """
@@ -62,11 +63,14 @@ from rlzero._reference.loss import compute_loss as _loss
 
 
 def surrogate_loss(logp, old_logp, advantages, mask, *, clip_low, clip_high, max_new_tokens,
-                   ref_logp=None, kl_coef=0.0):
+                   ref_logp=None, kl_coef=0.0, loss_type="dr_grpo", importance_level="token",
+                   tokens=None, **_):
     loss = _loss(
         logp, advantages, mask, old_per_token_logps=old_logp,
         ref_per_token_logps=ref_logp if kl_coef else None, beta=kl_coef,
         epsilon_low=clip_low, epsilon_high=clip_high, max_completion_length=max_new_tokens,
+        loss_type=loss_type, importance_sampling_level=importance_level,
+        num_items_in_batch=tokens,
     )
     ratio = _torch.exp(logp.detach() - old_logp) * mask
     return loss, {"ratio_max": float(ratio.max())}
