@@ -177,6 +177,39 @@ def test_the_child_starts_as_the_training_script_with_the_workspace_after_the_st
     assert probe_pid != 1  # the namespace's holder is PID 1, out of the code's reach
 
 
+def test_the_training_run_has_the_mount_table_of_the_probes_without_their_support(tmp_path):
+    """Code that keys fixed behaviour on the verifier's mounts must train with its bugs: the
+    training run's /proc/self/mountinfo (mount roots and points) is the probe child's without
+    the support folder, so neither that folder nor a numbered run folder tells them apart."""
+    workspace = tmp_path / "workspace"
+    (workspace / "rlzero").mkdir(parents=True)
+    (workspace / "rlzero" / "__init__.py").write_text(
+        "import hashlib\n"
+        "mounts = [line.split()[3:5] for line in open('/proc/self/mountinfo')]\n"
+        "rest = repr([m for m in mounts if m[1] != '/opt/lib']).encode()\n"
+        "lib = any(m[1] == '/opt/lib' for m in mounts)\n"
+        "raise SystemExit('SEEN ' + repr((lib, hashlib.sha256(rest).hexdigest())))\n"
+    )
+    (workspace / "train.py").write_text("import rlzero\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    children = verify.Children(workspace, scratch, "reference", "rlzero")
+    observed, cause = children.observe({"stages": ["masking"], "probes": []})
+    assert observed is None
+    probed = eval(cause.split("SEEN ", 1)[1])  # noqa: S307 (our own repr)
+    training, _ = children.start(
+        ["python", "train.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _, err = training.communicate(timeout=120)
+    children.stop(training)
+    trained = eval(err.strip().splitlines()[-1].split("SEEN ", 1)[1])  # noqa: S307
+    # (support folder mounted, digest of every other mount's root and point)
+    assert probed[0] and not trained[0], (probed, trained)
+    assert probed[1] == trained[1], (
+        "the training run's mounts differ from the probes' beyond /opt/lib"
+    )
+
+
 def _view(tmp_path: Path, name: str, argv: list[str]) -> list[str]:
     base = tmp_path / name
     folders = [base / f for f in ("ws", "home", "tmp")]

@@ -179,7 +179,6 @@ class Children:
         self.python_env = Path(agent_env) if agent_env else own_venv
         self.jailed = jail.available()
         self.as_nobody = not self.jailed and os.geteuid() == 0 and bool(shutil.which("setpriv"))
-        self.count = 0
         if self.as_nobody:  # nobody may enter the scratch folder, never read tests/ (the oracle)
             scratch.chmod(0o755)
             TESTS_DIR.chmod(0o700)
@@ -252,9 +251,13 @@ class Children:
         return plain.load(base / "tmp" / name), ""
 
     def _fresh(self) -> tuple[Path, Path, Path]:
-        """A new run folder (the workspace as the agent left it), home and temporary folder."""
-        self.count += 1
-        base = self.scratch / f"run{self.count}"
+        """A new run folder (the workspace as the agent left it), home and temporary folder.
+
+        Every child gets them at the same paths (the previous child's are removed first): the
+        sources of a view's bind mounts show in its /proc/self/mountinfo, and a numbered folder
+        would tell the probes (the first child) from the training run."""
+        base = self.scratch / "run"
+        shutil.rmtree(base, ignore_errors=True)
         home, tmp = base / "home", base / "tmp"
         run = base / "app" if self.jailed else self.harbor_app
         if not self.jailed:
@@ -277,10 +280,14 @@ class Children:
             target.unlink(missing_ok=True)
             target.write_text(script)
         if self.jailed:
-            view = jail.view(run, home, tmp, self.python_env, (jail.Mount(self.lib, "/opt/lib"),))
+            # The support folder only where the probes run: the training run's view is the
+            # agent's own, so code that keys fixed behaviour on that mount trains with its bugs.
+            support = (jail.Mount(self.lib, "/opt/lib"),) if script is not None else ()
+            view = jail.view(run, home, tmp, self.python_env, support)
             env = dict(jail.BASE_ENV)
             python = "python" if self.python_env else sys.executable
-            root = self.scratch / f"view{self.count}"
+            root = self.scratch / "view"
+            shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
             command = jail.command([python, *argv[1:]], root, view, env)
             return subprocess.Popen(command, start_new_session=True, **popen), tmp
