@@ -48,7 +48,9 @@ def added_code(find: str, replace: str) -> str:
 
 
 def distinctive_constants(find: str, replace: str) -> set[str]:
-    return set(NUMBER.findall(replace)) - set(NUMBER.findall(find))
+    """Numbers the replacement adds; a single digit (a `dim=0`, an index) names nothing."""
+    added = set(NUMBER.findall(replace)) - set(NUMBER.findall(find))
+    return {number for number in added if len(number) > 1}
 
 
 def bug_patches() -> list[tuple[str, object]]:

@@ -28,7 +28,23 @@ def test_the_label_follows_the_larger_solved_share():
     assert difficulty.label(0.2, 1.0) == "easy"
 
 
-@pytest.mark.parametrize("spec", load_tasks(), ids=lambda s: s.id)
+# `tasks difficulty` drives the checker on a fork or an rlzero workspace; on the user family it
+# cannot yet declare the team's conventions for the subclass, so those labels are provisional
+# (README, "The user family") until it can, and are held to that below.
+MEASURED = [s for s in load_tasks() if s.family != "user"]
+
+
+def test_the_user_familys_labels_are_the_provisional_hard_and_unrecorded():
+    users = [s for s in load_tasks() if s.family == "user"]
+    assert users
+    for spec in users:
+        assert difficulty.recorded(spec) is None, (
+            f"{spec.id} is measured: drop it from the exemption"
+        )
+        assert spec.toml["metadata"]["difficulty"] == "hard", spec.id
+
+
+@pytest.mark.parametrize("spec", MEASURED, ids=lambda s: s.id)
 def test_every_task_records_its_measurement_and_is_labelled_by_it(spec):
     measured = difficulty.recorded(spec)
     assert measured is not None, f"{spec.id}: run `grpo-check tasks difficulty --write {spec.id}`"

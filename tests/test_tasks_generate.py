@@ -45,7 +45,7 @@ def test_a_draw_has_distinct_stages_half_conditioned_and_a_run_where_each_condit
 def test_a_generated_task_states_its_measured_symptoms_and_its_oracle_scores_one(tmp_path):
     folder = generate_task(3, 2, tmp_path / "specs", verify=False)
     spec = load_task(folder)
-    text = spec.instruction
+    text = " ".join(spec.instruction.split())  # the instruction is wrapped at 100 columns
     assert "Before the last refactor this run reached a mean reward of 0.9" in text
     assert re.search(r"\d\.\d{3}", text.split("Before", 1)[1])  # a measured figure
     assert not MECHANISM_WORDS.findall(re.sub(r"`[^`]*/[^`]*`", "", text))
