@@ -66,6 +66,16 @@ def install(name: str, requirements: tuple[str, ...]) -> Path:
     return final
 
 
+def install_resolved(name: str, request: tuple[str, ...]) -> Path:
+    """`install(name, resolve(request))`, asking pip nothing when the folder is already there: a
+    resolution is a round trip to the registry that costs 5 to 30 s, and a folder once installed is
+    kept whatever a later resolution would pick."""
+    final = cache_root() / name
+    if final.is_dir():
+        return final
+    return install(name, resolve(request))
+
+
 def resolve(requirements: tuple[str, ...]) -> tuple[str, ...]:
     """The exact `name==version` pins pip would add to the running environment for
     `requirements`, without torch and CUDA wheels."""
@@ -93,12 +103,12 @@ def trl_release_path(version: str) -> Path:
 
 def transformers4_path() -> Path:
     """Folder holding transformers 4.57.6 and the few packages that must match it."""
-    return install("transformers-4.57.6", resolve(TRANSFORMERS4_REQUEST))
+    return install_resolved("transformers-4.57.6", TRANSFORMERS4_REQUEST)
 
 
 def requests_path() -> Path:
     """Folder holding `requests` and what it needs that the running environment lacks."""
-    return install("requests", resolve(("requests",)))
+    return install_resolved("requests", ("requests",))
 
 
 def needs_requests(version: str) -> bool:

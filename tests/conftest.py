@@ -24,6 +24,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """`make test` (xdist's controller, before the workers start): install the TRL releases the
+    suite uses side by side, so a cold cache costs one wait instead of one per release."""
+    if session.config.getoption("numprocesses", None) and not hasattr(
+        session.config, "workerinput"
+    ):
+        from trl_releases import prefetch
+
+        prefetch()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test in its `xdist_group` for `--dist loadgroup` (xdist workers only).

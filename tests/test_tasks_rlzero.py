@@ -117,3 +117,29 @@ def test_reference_copy_loses_the_trainers_conventions(tmp_path, intended):
     names = ["advantages.pairs", "loss_aggregation.lengths"]
     copied, own = _observe(workspace, [], names), _observe(intended, [], names)
     assert [n for n in names if not judge.same(copied[n], own[n])] == names
+
+
+def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_stage):
+    """`sampler_without_temperature` removes `sample_groups`'s temperature parameter; a blind agent
+    put it back last, with a default, and its callers to match. The generation probes pass the
+    arguments by name, so that fix sees what the intended trainer sees."""
+    fixed = tmp_path / "fixed"
+    _independent_trainer("rlzero", fixed)
+    sampling = fixed / "rlzero" / "sampling.py"
+    moved = sampling.read_text().replace(
+        "    temperature: float,\n    eos_id: int,\n    pad_id: int,\n",
+        "    eos_id: int,\n    pad_id: int,\n    temperature: float = 1.0,\n",
+    )
+    assert moved != sampling.read_text()
+    sampling.write_text(moved)
+    learner = fixed / "rlzero" / "learner.py"
+    call = "            cfg.temperature,\n            tok.eos_token_id,\n            tok.pad_token_id,\n"
+    assert call in learner.read_text()
+    learner.write_text(
+        learner.read_text().replace(
+            call,
+            "            tok.eos_token_id,\n            tok.pad_token_id,\n            cfg.temperature,\n",
+        )
+    )
+    expected, seen = intended_by_stage["generation"], _observe(fixed, ["generation"])
+    assert [n for n in expected if not judge.same(seen[n], expected[n])] == []

@@ -25,8 +25,10 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -67,7 +69,7 @@ def _skipping(function):
 
 cache_root = releases.cache_root
 _install = _skipping(releases.install)
-_resolve = _skipping(releases.resolve)
+_install_resolved = _skipping(releases.install_resolved)
 trl_release_path = _skipping(releases.trl_release_path)
 transformers4_path = _skipping(releases.transformers4_path)
 requests_path = _skipping(releases.requests_path)
@@ -95,5 +97,28 @@ def verl_environment() -> dict[str, str]:
     verl itself is installed without dependencies; the few packages its core_algos imports are
     resolved against the running environment (so torch and numpy come from the venv).
     """
-    paths = [_install("verl-0.9.1", (VERL,)), _install("verl-0.9.1-deps", _resolve(VERL_REQUEST))]
+    paths = [_install("verl-0.9.1", (VERL,)), _install_resolved("verl-0.9.1-deps", VERL_REQUEST)]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+
+
+def prefetch() -> None:
+    """Install every release folder the suite uses, several pip runs at a time.
+
+    On a cold cache (a fresh CI machine) each folder is otherwise installed by the first test that
+    needs it, one pip run after another on each worker: 12 releases, transformers 4.57.6 and verl's
+    imports took minutes of waiting on the registry. pip spends that time on the network, so
+    running them side by side costs little CPU. A folder that cannot be installed is left to the
+    tests that need it, which skip with pip's error."""
+    first = [functools.partial(releases.trl_release_path, version) for version in RELEASES]
+    first += [
+        releases.transformers4_path,
+        functools.partial(releases.install, "verl-0.9.1", (VERL,)),
+        functools.partial(releases.install_resolved, "verl-0.9.1-deps", VERL_REQUEST),
+    ]
+    # `requests` is needed only by releases that import it undeclared, which their source says.
+    then = [functools.partial(releases.dependency_paths, version) for version in RELEASES]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for jobs in (first, then):
+            for future in [pool.submit(job) for job in jobs]:
+                with contextlib.suppress(releases.ReleaseUnavailable):
+                    future.result()

@@ -131,7 +131,9 @@ def _scored(temperature: float):
     input_ids = torch.randint(2, 17, (3, 6), generator=g)
     attention = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]])
     with torch.no_grad():
-        logp = rz("scoring").completion_logprobs(model, input_ids, attention, 3, temperature)
+        logp = rz("scoring").completion_logprobs(
+            model, input_ids, attention, n_new=3, temperature=temperature
+        )
     return logp * attention[:, -3:]  # positions after a completion's end may hold anything
 
 
@@ -244,13 +246,15 @@ def _():
     torch.manual_seed(1)
     sampling = rz("sampling")
     completions, sampled = sampling.sample_groups(
-        model, prompt_ids, prompt_mask, 4, 3, 0.7, EOS, EOS
+        model, prompt_ids, prompt_mask, **_sampling_arguments(4, 3, 0.7)
     )
     mask = sampling.completion_tokens_mask(completions, EOS)
     ids = torch.cat([prompt_ids.repeat_interleave(4, 0), completions], 1)
     attention = torch.cat([prompt_mask.repeat_interleave(4, 0), mask], 1)
     with torch.no_grad():
-        scored = rz("scoring").completion_logprobs(model, ids, attention, completions.size(1), 0.7)
+        scored = rz("scoring").completion_logprobs(
+            model, ids, attention, n_new=completions.size(1), temperature=0.7
+        )
     return ((scored - sampled) * mask).abs().max().item() < 1e-4
 
 
@@ -384,6 +388,18 @@ def _():
 
 
 # --- generation ---------------------------------------------------------------------------------
+def _sampling_arguments(group_size: int, max_new_tokens: int, temperature: float) -> dict:
+    """`sample_groups`'s arguments after the prompts, by name: a fix that puts back a parameter a
+    bug removed (the temperature) may put it anywhere in the list."""
+    return {
+        "group_size": group_size,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "eos_id": EOS,
+        "pad_id": EOS,
+    }
+
+
 def _sampled(weight_scale: float, temperature: float, seed: int = 0):
     model, tokenizer = _tiny(5, weight_scale)
     model.eval()
@@ -391,7 +407,9 @@ def _sampled(weight_scale: float, temperature: float, seed: int = 0):
     prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1], [1, 1, 1]])
     torch.manual_seed(seed)
     sampling = rz("sampling")
-    return sampling.sample_groups(model, prompt_ids, prompt_mask, 3, 5, temperature, EOS, EOS)
+    return sampling.sample_groups(
+        model, prompt_ids, prompt_mask, **_sampling_arguments(3, 5, temperature)
+    )
 
 
 @probe("generation.groups_contiguous", "generation")
