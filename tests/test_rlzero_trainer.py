@@ -209,3 +209,19 @@ def test_a_prompt_template_reaches_the_model_and_not_the_rewards(rz):
     assert rendered[0]["prompt"] == "Q: 3 =" and rows[0]["prompt"] == "3 ="
     with pytest.raises(ValueError, match="no {prompt}"):
         rz("data").render_prompts(rows, "Q:")
+
+
+def test_a_nan_ratio_is_logged_as_nan_not_dropped(rz):
+    """rz-succ-temperature's instruction says the first line prints `loss +nan` and the run dies
+    at the next rollout's sampling; a pass whose ratio turned NaN once ended with KeyError
+    'ratio_max' instead (max() keeps its first argument against a NaN)."""
+    stats = rz("metrics").PassStats()
+    stats.add({"ratio_max": 1.5, "loss": 0.1}, tokens=4)
+    stats.add({"ratio_max": math.nan, "loss": math.nan}, tokens=4)
+    stats.add({"ratio_max": 2.0, "loss": 0.1}, tokens=4)
+    means = stats.means()
+    assert math.isnan(means["ratio_max"]) and math.isnan(means["loss"])
+    finite = rz("metrics").PassStats()
+    finite.add({"ratio_max": 1.5}, tokens=1)
+    finite.add({"ratio_max": 1.25}, tokens=1)
+    assert finite.means()["ratio_max"] == 1.5

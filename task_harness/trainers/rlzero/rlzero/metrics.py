@@ -31,13 +31,15 @@ class PassStats:
     def add(self, stats: dict[str, float], tokens: float) -> None:
         for name, value in stats.items():
             if name == "ratio_max":
-                self.ratio_max = max(self.ratio_max, value)
+                # a NaN ratio is kept, as a NaN loss is: max() alone would drop it
+                if math.isnan(value) or value > self.ratio_max:
+                    self.ratio_max = value
                 continue
             self.sums[name] = self.sums.get(name, 0.0) + value * tokens
             self.weights[name] = self.weights.get(name, 0.0) + tokens
 
     def means(self) -> dict[str, float]:
-        out = {"ratio_max": self.ratio_max} if self.ratio_max > -math.inf else {}
+        out = {"ratio_max": self.ratio_max} if self.ratio_max != -math.inf else {}
         for name, total in self.sums.items():
             weight = self.weights[name]
             out[name] = total / weight if weight else 0.0
