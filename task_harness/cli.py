@@ -98,8 +98,9 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
 @tasks_dir_option
 def difficulty_command(task_ids, verify_json: Path | None, write: bool, tasks_dir: Path) -> None:
     """Measure each task's difficulty: the share of its bugs grpo-check's output localises and the
-    best shortcut baseline's reward (task_harness/difficulty.py gives the rule). Exit 1 when a
-    task.toml's label differs from the measured one (unless --write)."""
+    best shortcut baseline's reward; where blind agent trials are recorded, the label is theirs
+    (task_harness/difficulty.py gives the rules). Exit 1 when a task.toml's label differs from
+    the one that follows (unless --write)."""
     from task_harness import difficulty
     from task_harness.build import build_task
 
@@ -107,31 +108,39 @@ def difficulty_command(task_ids, verify_json: Path | None, write: bool, tasks_di
     verified = {}
     if verify_json:
         rows = json.loads(verify_json.read_text())
-        verified = {row["id"]: max(row["baselines"].values(), default=0.0) for row in rows}
+        verified = {row["id"]: row["baselines"] for row in rows}
     stale = []
     with tempfile.TemporaryDirectory(prefix="grpo-difficulty-") as scratch, _build_errors():
         for spec in specs:
             built = build_task(spec, Path(scratch))
             best = verified.get(spec.id)
             if best is None:
-                best = difficulty.best_baseline(spec, built)
+                best = difficulty.baseline_rewards(spec, built)
             try:
                 measured = difficulty.measure(spec, built, best)
             except difficulty.DifficultyError as error:
                 raise click.ClickException(str(error)) from None
             stated = spec.toml["metadata"]["difficulty"]
+            label = difficulty.stated_label(spec, measured)
+            trials = difficulty.recorded_trials(spec)
             bugs = [b for b in spec.bugs if b.kind == "bug"]
             click.echo(
                 f"{spec.id:<28} checker {len(measured.checker_found)}/{len(bugs)} bugs, "
                 f"{measured.checker_share:.2f} of the weight "
                 f"(found: {', '.join(measured.checker_found) or 'none'})  "
                 f"baselines {measured.baseline_max:.2f}  "
-                f"-> {measured.difficulty}"
-                + ("" if stated == measured.difficulty else f"  (task.toml: {stated})")
+                + (
+                    f"(alone: {measured.difficulty}; blind trial without the skill: "
+                    f"{trials['no_skill'].reward:.2f} in {trials['no_skill'].minutes:g} min) "
+                    if "no_skill" in trials
+                    else ""
+                )
+                + f"-> {label}"
+                + ("" if stated == label else f"  (task.toml: {stated})")
             )
             if write:
                 difficulty.write(spec, measured)
-            elif stated != measured.difficulty:
+            elif stated != label:
                 stale.append(spec.id)
     sys.exit(1 if stale else 0)
 
@@ -279,6 +288,7 @@ def run_command(
 def report_command(folders, as_json: bool, conditions, out: Path | None) -> None:
     """Reward, time and fix rates per task, agent and condition, with 95% bootstrap intervals,
     and the skill's uplift; from local results folders and Harbor job folders."""
+    from task_harness.difficulty import diff_solvable_ids
     from task_harness.report import CHART_HINT, draw, render_tables
     from task_harness.report_data import ReportInputError, load_trials
     from task_harness.report_stats import summarise
@@ -289,7 +299,7 @@ def report_command(folders, as_json: bool, conditions, out: Path | None) -> None
         raise click.ClickException(str(error)) from None
     if not trials:
         raise click.ClickException(f"no finished trials in {', '.join(map(str, folders))}")
-    summary = summarise(trials)
+    summary = summarise(trials, diff_solvable_ids(load_tasks()))
     tables = render_tables(summary)
     charts = draw(summary, tables, out or folders[0])
     if as_json:

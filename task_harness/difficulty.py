@@ -18,6 +18,16 @@ to find by measuring: nothing (easy), less than half of the weight (medium), or 
 
 `--write` records both inputs in the task's `[grpo.difficulty]` table and the label in
 `[metadata] difficulty`, which `tests/test_tasks_difficulty.py` holds to this rule.
+
+Both inputs are what scripts do. What a task is worth is what a capable coding agent does with it,
+so where blind agent trials are recorded (`[grpo.difficulty.trials]`, one trial per condition,
+README "What real agents did, blind") the label is theirs, from the trial without the skill:
+
+    easy    every bug fixed in under 10 minutes
+    medium  every bug fixed in 10 minutes or more, or a reward of at least 0.5
+    hard    a reward below 0.5
+
+and the checker and baseline figures stay beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from task_harness.spec import TaskSpec
 
 ADAPTER = Path(__file__).resolve().parent / "trainers" / "rlzero_protocol.py"
 EASY, MEDIUM = 1.0, 0.5
+QUICK_MINUTES = 10  # a blind agent that fixes every bug faster than this found them by reading
 CHECK_TIMEOUT = 600
 
 
@@ -48,6 +59,7 @@ class Measurement:
     checker_found: tuple[str, ...]  # the bugs the checker's output localises, in spec order
     checker_share: float
     baseline_max: float
+    upstream_hunks: float | None = None  # the hunk-level restore's reward (fork tasks only)
 
     @property
     def difficulty(self) -> str:
@@ -59,6 +71,57 @@ def label(checker_share: float, baseline_max: float) -> str:
     baseline `baseline_max` of."""
     solved = max(checker_share, baseline_max)
     return "easy" if solved >= EASY - 1e-9 else "medium" if solved >= MEDIUM - 1e-9 else "hard"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One blind agent trial: its reward and the agent's own minutes from start to stop."""
+
+    reward: float
+    minutes: float
+
+
+def trial_label(no_skill: Trial) -> str:
+    """The difficulty a blind agent without the skill measured (the rule in the module's text)."""
+    if no_skill.reward >= EASY - 1e-9:
+        return "easy" if no_skill.minutes < QUICK_MINUTES else "medium"
+    return "medium" if no_skill.reward >= MEDIUM - 1e-9 else "hard"
+
+
+def recorded_trials(spec: TaskSpec) -> dict[str, Trial]:
+    """{"no_skill": Trial, "skill": Trial} from `[grpo.difficulty.trials]`, or {} when none ran."""
+    table = spec.toml["grpo"].get("difficulty", {}).get("trials", {})
+    return {
+        condition: Trial(float(t["reward"]), float(t["minutes"])) for condition, t in table.items()
+    }
+
+
+def stated_label(spec: TaskSpec, measured: Measurement | None) -> str:
+    """The label `[metadata] difficulty` must hold: the trials' when recorded, else the
+    measurement's."""
+    trials = recorded_trials(spec)
+    if "no_skill" in trials:
+        return trial_label(trials["no_skill"])
+    if measured is None:
+        raise DifficultyError(f"{spec.id}: neither a measurement nor a trial is recorded")
+    return measured.difficulty
+
+
+# A fork task whose hunk-level restore (`upstream-hunks`: the pristine release, every hunk that
+# carries no fork comment and names nothing NOTES.md names reverted) scores above this is solved
+# in part by a diff, not by debugging: it stays for comparison with SkillsBench, labelled, and the
+# report leaves it out of the skill's overall uplift.
+DIFF_SOLVABLE_ABOVE = 0.3
+
+
+def diff_solvable(spec: TaskSpec) -> bool:
+    """True when the task's recorded `upstream_hunks` reward is above DIFF_SOLVABLE_ABOVE."""
+    table = spec.toml["grpo"].get("difficulty", {})
+    return float(table.get("upstream_hunks", 0.0)) > DIFF_SOLVABLE_ABOVE + 1e-9
+
+
+def diff_solvable_ids(specs: list[TaskSpec]) -> frozenset[str]:
+    return frozenset(spec.id for spec in specs if diff_solvable(spec))
 
 
 def _grpo_check() -> list[str]:
@@ -125,46 +188,62 @@ def checker_findings(spec: TaskSpec, built: Path) -> tuple[str, ...]:
     )
 
 
-def best_baseline(spec: TaskSpec, built: Path) -> float:
-    """The best reward of the scripted baselines that apply to the task's family."""
+def baseline_rewards(spec: TaskSpec, built: Path) -> dict[str, float]:
+    """{shortcut: reward} of the scripted baselines that apply to the task's family."""
     from task_harness.runner import run_trial
     from task_harness.shortcuts import SHORTCUTS, applies
 
-    return max(
-        (run_trial(built, name).reward for name in SHORTCUTS if applies(name, spec.family)),
-        default=0.0,
-    )
+    return {name: run_trial(built, name).reward for name in SHORTCUTS if applies(name, spec.family)}
 
 
-def measure(spec: TaskSpec, built: Path, baseline_max: float) -> Measurement:
-    """The task's measurement, given the best baseline reward (`best_baseline`, or a verify run's)."""
+def measure(spec: TaskSpec, built: Path, baselines: dict[str, float]) -> Measurement:
+    """The task's measurement, given the baselines' rewards (`baseline_rewards`, or a verify
+    run's)."""
     found = checker_findings(spec, built)
     bugs = [b for b in spec.bugs if b.kind == "bug"]
     share = sum(b.weight for b in bugs if b.id in found) / sum(b.weight for b in bugs)
-    return Measurement(found, round(share, 4), round(baseline_max, 4))
+    hunks = baselines.get("upstream-hunks")
+    return Measurement(
+        found,
+        round(share, 4),
+        round(max(baselines.values(), default=0.0), 4),
+        None if hunks is None else round(hunks, 4),
+    )
 
 
 def recorded(spec: TaskSpec) -> Measurement | None:
     """The measurement `--write` stored in the task's `[grpo.difficulty]`, if any."""
     table = spec.toml["grpo"].get("difficulty")
-    if not table:
+    if not table or "checker_share" not in table:
         return None
+    hunks = table.get("upstream_hunks")
     return Measurement(
-        tuple(table["checker_found"]), float(table["checker_share"]), float(table["baseline_max"])
+        tuple(table["checker_found"]),
+        float(table["checker_share"]),
+        float(table["baseline_max"]),
+        None if hunks is None else float(hunks),
     )
 
 
 DIFFICULTY_LINE = re.compile(r'^difficulty = "[a-z]+"$', re.MULTILINE)
 TABLE = "[grpo.difficulty]"
+TRIALS_TABLE = "[grpo.difficulty.trials]"
+TRIALS_COMMENT = (
+    '# Blind agent trials, one per condition (README, "What real agents did, blind"): the\n'
+    "# reward, and the agent's minutes from its first command to its stop."
+)
 
 
 def write(spec: TaskSpec, measured: Measurement) -> None:
-    """Record `measured` in `spec`'s task.toml: the label and its inputs."""
+    """Record `measured` in `spec`'s task.toml beside its trials, and the label that follows."""
     path = spec.folder / "task.toml"
     text = path.read_text()
-    if TABLE in text:  # the table is always last: replace it whole
-        text = text[: text.index(TABLE)].rstrip("\n") + "\n"
-    text = DIFFICULTY_LINE.sub(f'difficulty = "{measured.difficulty}"', text, count=1)
+    trials = recorded_trials(spec)
+    starts = [i for i in (text.find(TABLE), text.find(TRIALS_TABLE)) if i >= 0]
+    if starts:  # the tables are always last: replace them whole
+        text = text[: min(starts)].rstrip("\n") + "\n"
+    label = trial_label(trials["no_skill"]) if "no_skill" in trials else measured.difficulty
+    text = DIFFICULTY_LINE.sub(f'difficulty = "{label}"', text, count=1)
     found = ", ".join(f'"{b}"' for b in measured.checker_found)
     text += (
         f"\n{TABLE}\n"
@@ -173,4 +252,10 @@ def write(spec: TaskSpec, measured: Measurement) -> None:
         f"checker_share = {measured.checker_share}\n"
         f"baseline_max = {measured.baseline_max}\n"
     )
+    if measured.upstream_hunks is not None:
+        text += f"upstream_hunks = {measured.upstream_hunks}\n"
+    if trials:
+        text += f"\n{TRIALS_TABLE}\n{TRIALS_COMMENT}\n"
+        for condition, trial in trials.items():
+            text += f"{condition} = {{ reward = {trial.reward}, minutes = {trial.minutes:g} }}\n"
     path.write_text(text)

@@ -271,7 +271,7 @@ def _verify(folder: Path, bugs: list[Drawable]) -> tuple[list[str], str]:
         fixed_by_copy = [b for b in ids if copied.bugs.get(b, 0.0) == 1.0]
         if copied.reward > BASELINE_MAX or len(fixed_by_copy) == len(ids):
             return fixed_by_copy, ""
-        measured = difficulty.measure(spec, built, copied.reward)
+        measured = difficulty.measure(spec, built, {"reference-copy": copied.reward})
     difficulty.write(spec, measured)
     return [], measured.difficulty
 

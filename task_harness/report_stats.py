@@ -51,8 +51,10 @@ def row_median(rows: np.ndarray) -> np.ndarray:
     return np.median(rows, axis=-1)
 
 
-def summarise(trials: list[Trial]) -> dict:
-    """Groups, per-task uplifts and overall uplifts, as plain JSON-ready data."""
+def summarise(trials: list[Trial], left_out: frozenset[str] = frozenset()) -> dict:
+    """Groups, per-task uplifts and overall uplifts, as plain JSON-ready data. The tasks in
+    `left_out` (the diff-solvable forks, task_harness/difficulty.py) keep their own rows but do
+    not count in an overall uplift."""
     groups: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)
     for trial in trials:
         groups[(trial.task, trial.agent, trial.condition)].append(trial)
@@ -65,7 +67,7 @@ def summarise(trials: list[Trial]) -> dict:
         },
         "groups": [group_summary(key, groups[key]) for key in sorted(groups)],
         "uplift": task_uplifts(groups),
-        "overall": overall_uplifts(groups),
+        "overall": overall_uplifts(groups, left_out),
     }
 
 
@@ -129,14 +131,25 @@ def task_uplifts(groups: dict[tuple[str, str, str], list[Trial]]) -> list[dict]:
     return rows
 
 
-def overall_uplifts(groups: dict[tuple[str, str, str], list[Trial]]) -> list[dict]:
-    """Per agent: the mean per-task uplift over the tasks it ran in both conditions."""
+def overall_uplifts(
+    groups: dict[tuple[str, str, str], list[Trial]], left_out: frozenset[str] = frozenset()
+) -> list[dict]:
+    """Per agent: the mean per-task uplift over the tasks it ran in both conditions, but those
+    in `left_out`."""
     by_agent: dict[str, list[tuple[str, list[Trial], list[Trial]]]] = defaultdict(list)
+    skipped: dict[str, list[str]] = defaultdict(list)
     for agent, task, skill, no_skill in _pairs(groups):
-        by_agent[agent].append((task, skill, no_skill))
+        if task in left_out:
+            skipped[agent].append(task)
+        else:
+            by_agent[agent].append((task, skill, no_skill))
     rows = []
     for agent, tasks in sorted(by_agent.items()):
-        row: dict = {"agent": agent, "tasks": [task for task, _, _ in tasks]}
+        row: dict = {
+            "agent": agent,
+            "tasks": [task for task, _, _ in tasks],
+            "left_out": sorted(skipped[agent]),
+        }
         for name in ("reward", "seconds"):
             pairs = []
             for _, skill, no_skill in tasks:

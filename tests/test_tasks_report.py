@@ -82,6 +82,24 @@ def test_summary_pairs_by_task_and_uses_the_median_time():
     assert low <= overall["reward"]["delta"] <= high
 
 
+def test_a_diff_solvable_task_keeps_its_row_but_leaves_the_overall_uplift():
+    """A fork task that a hunk-level restore half solves (task_harness/difficulty.py) says little
+    about the skill: its own uplift row stays, the overall mean is over the other tasks."""
+    trials = [
+        trial("fork", "no-skill", 0.0),
+        trial("fork", "skill", 1.0),
+        trial("own", "no-skill", 0.5),
+        trial("own", "skill", 0.75),
+    ]
+    summary = summarise(trials, left_out=frozenset({"fork"}))
+    assert {row["task"] for row in summary["uplift"]} == {"fork", "own"}
+    (overall,) = summary["overall"]
+    assert overall["tasks"] == ["own"] and overall["left_out"] == ["fork"]
+    assert overall["reward"]["delta"] == pytest.approx(0.25)
+    assert "left out as diff-solvable: fork" in render_tables(summary)
+    assert summarise(trials)["overall"][0]["reward"]["delta"] == pytest.approx((1.0 + 0.25) / 2)
+
+
 def test_a_difference_that_rounds_to_zero_prints_as_plus_zero():
     trials = [trial("t", "no-skill", 0.5, seconds=10.4), trial("t", "skill", 0.5, seconds=10.0)]
     uplift = render_tables(summarise(trials)).split("skill uplift")[1]
