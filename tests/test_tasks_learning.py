@@ -107,3 +107,55 @@ def test_the_trl_gate_passes_a_fixed_run_and_names_each_symptom_left():
 def test_a_trl_run_that_dies_before_its_lines_fails():
     (problem,) = learning_problems([], TRL_RULE, "IndexError: list index out of range")
     assert "printed 0 step lines of the 3" in problem and "IndexError" in problem
+
+
+# trl017-tempered-weights' first two logged dicts (TRL 0.17 fork, `tasks symptoms`' runs): the
+# fixed trainer, and one that sums the reward functions without their weights [1.0, 0.1].
+WEIGHTED_LINES = {
+    "fixed": (
+        "{'loss': -0.0076, 'grad_norm': 0.5409, 'rewards/answer_reward/mean': 0.11015625, "
+        "'rewards/brevity_reward/mean': 0.3426432400941849, 'reward': 0.1444205716252327}",
+        "{'loss': -0.0233, 'grad_norm': 0.8376, 'rewards/answer_reward/mean': 0.2125, "
+        "'rewards/brevity_reward/mean': 0.3233723908662796, 'reward': 0.24483723640441896}",
+    ),
+    "unweighted": (
+        "{'loss': -0.0008, 'grad_norm': 0.7551, 'rewards/answer_reward/mean': 0.09765625, "
+        "'rewards/brevity_reward/mean': 0.39329427778720855, 'reward': 0.4909505516290665}",
+        "{'loss': 0.0672, 'grad_norm': 0.9063, 'rewards/answer_reward/mean': 0.17109375, "
+        "'rewards/brevity_reward/mean': 0.5975260466337204, 'reward': 0.7686198055744171}",
+    ),
+}
+WEIGHTED_RULE = {
+    "steps": 2,
+    "window": 2,
+    "nonzero": ["reward", "grad_norm"],
+    "max_reward": 1.1,
+    "weighted_reward": {"answer_reward": 1.0, "brevity_reward": 0.1},
+}
+
+
+def test_the_logged_reward_must_be_the_weighted_sum_of_the_functions_means():
+    """Both runs pass the older rules (rewards 0.49 and 0.77 are within 1.1); only the identity
+    between `reward` and the weighted `rewards/<name>/mean` tells them apart."""
+    fixed = [s for line in WEIGHTED_LINES["fixed"] for s in _step_figures(line)]
+    unweighted = [s for line in WEIGHTED_LINES["unweighted"] for s in _step_figures(line)]
+    assert fixed[0]["rewards/brevity_reward"] == 0.3426432400941849
+    assert learning_problems(fixed, WEIGHTED_RULE, "") == []
+    older = {k: v for k, v in WEIGHTED_RULE.items() if k != "weighted_reward"}
+    assert learning_problems(unweighted, older, "") == []
+    (problem,) = learning_problems(unweighted, WEIGHTED_RULE, "")
+    assert "reward 0.4910" in problem and "give 0.1370" in problem
+
+
+def test_the_weighted_reward_rule_reads_the_older_key_and_needs_every_mean():
+    """TRL up to 0.16 logs `rewards/<name>` without `/mean`; a line without a function's mean
+    cannot show the weighting and fails."""
+    line = (
+        "{'loss': 0.01, 'grad_norm': 0.5, 'rewards/answer_reward': 0.5, "
+        "'rewards/brevity_reward': 0.25, 'reward': 0.525}"
+    )
+    steps = _step_figures(line) + _step_figures(line)
+    assert learning_problems(steps, WEIGHTED_RULE, "") == []
+    del steps[1]["rewards/brevity_reward"]
+    (problem,) = learning_problems(steps, WEIGHTED_RULE, "")
+    assert "log line 2 lacks" in problem

@@ -427,6 +427,11 @@ TRL_FIGURES = {
 }
 
 
+# Each reward function's logged mean: `rewards/<name>/mean` (TRL 0.17 on), `rewards/<name>` (up
+# to 0.16); the gate reads it as `rewards/<name>`.
+TRL_REWARD_MEAN = re.compile(r"^rewards/([^/]+)(?:/mean)?$")
+
+
 def _trl_figures(line: str) -> list[dict[str, float]]:
     """The gate's figures of one logged dict of TRL's Trainer; [] for the final summary
     (`train_runtime`) and for anything that is not a plain dict of numbers."""
@@ -436,7 +441,12 @@ def _trl_figures(line: str) -> list[dict[str, float]]:
         logged = ast.literal_eval(line)
         if not isinstance(logged, dict) or "train_runtime" in logged:
             return []
-        return [{ours: float(logged[key]) for key, ours in TRL_FIGURES.items() if key in logged}]
+        figures = {ours: float(logged[key]) for key, ours in TRL_FIGURES.items() if key in logged}
+        for key, value in logged.items():
+            match = TRL_REWARD_MEAN.match(key) if isinstance(key, str) else None
+            if match:
+                figures[f"rewards/{match[1]}"] = float(value)
+        return [figures]
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return []
 
@@ -445,8 +455,9 @@ def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
     """The instruction's symptoms still in the watched log lines (task.json "learning", each
     measured on the fixed and the buggy trainer and recorded in the task's spec): a figure of
     `nonzero` exactly 0 on every line (a run that learns nothing: blank rewards, no gradient, a
-    second pass that clips nothing), or a logged reward above `max_reward` (the sum of the
-    reward weights, which no weighted reward in [0, 1] per function can exceed)."""
+    second pass that clips nothing), a logged reward above `max_reward` (the sum of the
+    reward weights, which no weighted reward in [0, 1] per function can exceed), or a logged
+    reward other than the `weighted_reward` sum (weight x logged mean of each function)."""
     problems = []
     for figure in rule.get("nonzero", ()):
         # `nonzero_from`: the lines before it are not watched for this rule (a figure that is
@@ -463,7 +474,38 @@ def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
                 f"logged reward {max(rewards, key=lambda r: r if r == r else float('inf')):.3f} "
                 f"above {rule['max_reward']}, the sum of the reward weights: {rewards}"
             )
+    if "weighted_reward" in rule:
+        problems += _weighting_problems(steps, rule["weighted_reward"])
     return problems
+
+
+# How far a logged reward may be from its weighted sum, relative to the figures: TRL logs means of
+# float32 `.item()`s (rounding below 1e-6), and transformers 5 prints each logged float to 4
+# significant digits (`f"{v:.4g}"`, trainer_callback.py), off by at most 5e-4 of its value.
+WEIGHTED_REWARD_TOLERANCE = 1e-3
+
+
+def _weighting_problems(steps: list[dict[str, float]], weights: dict[str, float]) -> list[str]:
+    """Where TRL logs the mean of the rewards the advantages are computed from (`reward`) and
+    each function's mean reward (`rewards/<name>`), the first is the sum of the second weighted
+    by the configured reward weights, on every line (`weights`: {function name: weight}; exact
+    where no reward function returns None). A reward combined with other weights, or none,
+    breaks it."""
+    for number, step in enumerate(steps, 1):
+        means = [step.get(f"rewards/{name}") for name in weights]
+        if "reward" not in step or None in means:
+            return [f"log line {number} lacks `reward` or a function's mean reward ({weights})"]
+        terms = [w * m for w, m in zip(weights.values(), means, strict=True)]
+        combined = sum(terms)
+        scale = abs(step["reward"]) + sum(abs(t) for t in terms)
+        if not abs(step["reward"] - combined) <= WEIGHTED_REWARD_TOLERANCE * scale + 1e-6:
+            return [
+                f"log line {number}: reward {step['reward']:.4f}, but the reward weights {weights} "
+                f"give {combined:.4f} from the functions' mean rewards "
+                f"{dict(zip(weights, means, strict=True))}: the reward that trains is not "
+                "weighted as configured"
+            ]
+    return []
 
 
 # (figure, rule key, the window's mean must be: "at least" or "at most", what a miss means)
