@@ -80,9 +80,12 @@ def test_a_trl_logged_dict_gives_the_gate_figures_and_the_summary_none():
         "{'loss': 0.0123, 'grad_norm': 0.61, 'learning_rate': 0.003, 'reward': 0.25, "
         "'clip_ratio/region_mean': 0.02, 'kl': 0.0, 'epoch': 0.1}\n"
     )
-    assert _step_figures(line) == [
-        {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
-    ]
+    (figures,) = _step_figures(line)
+    gate = {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
+    assert figures == gate | {"learning_rate": 0.003, "clip_ratio/region_mean": 0.02, "epoch": 0.1}
+    # transformers 5 prints each float as a string of 4 significant digits
+    printed = "{'loss': '0.0123', 'grad_norm': '0.61', 'reward': '0.25', 'mode': 'train'}"
+    assert _step_figures(printed) == [{"loss": 0.0123, "grad_norm": 0.61, "reward": 0.25}]
     progress = " 13%|█▎        | 20/150 [00:09<01:01,  2.11it/s]"  # stderr, merged, no newline
     assert _step_figures(progress + line) == _step_figures(line)
     assert _step_figures("{'train_runtime': 20.1, 'train_loss': 0.01}") == []
@@ -159,3 +162,25 @@ def test_the_weighted_reward_rule_reads_the_older_key_and_needs_every_mean():
     del steps[1]["rewards/brevity_reward"]
     (problem,) = learning_problems(steps, WEIGHTED_RULE, "")
     assert "log line 2 lacks" in problem
+
+
+# trl-reward-weights-clipping (TRL 1.16 fork, transformers 5): `completions/clipped_ratio` on
+# log lines 3-4 (steps 21-40), fixed and with every bug, seeds 42, 1, 2, 3 (README).
+CLIPPED = {"fixed": [(0.711, 0.759), (0.434, 0.259)], "every bug": [(0.031, 0.002), (0.087, 0.002)]}
+
+
+def test_a_min_table_bounds_any_logged_figure_over_the_window():
+    """`min = {"completions/clipped_ratio" = 0.15}`: the share of completions cut at the length
+    limit, which collapses when the brevity reward counts as much as the answer."""
+    rule = {"steps": 4, "window": 2, "min": {"completions/clipped_ratio": 0.15}}
+
+    def run(lines: tuple[float, float]) -> list[dict]:
+        printed = [f"{{'loss': '0.01', 'completions/clipped_ratio': '{v}'}}" for v in (0.7, 0.6)]
+        printed += [f"{{'loss': '0.01', 'completions/clipped_ratio': '{v}'}}" for v in lines]
+        return [s for line in printed for s in _step_figures(line)]
+
+    for lines in CLIPPED["fixed"]:
+        assert learning_problems(run(lines), rule, "") == []
+    for lines in CLIPPED["every bug"]:
+        (problem,) = learning_problems(run(lines), rule, "")
+        assert "mean completions/clipped_ratio" in problem and "not at least 0.15" in problem

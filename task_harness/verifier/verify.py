@@ -439,16 +439,30 @@ def _trl_figures(line: str) -> list[dict[str, float]]:
         return []
     try:
         logged = ast.literal_eval(line)
-        if not isinstance(logged, dict) or "train_runtime" in logged:
-            return []
-        figures = {ours: float(logged[key]) for key, ours in TRL_FIGURES.items() if key in logged}
-        for key, value in logged.items():
-            match = TRL_REWARD_MEAN.match(key) if isinstance(key, str) else None
-            if match:
-                figures[f"rewards/{match[1]}"] = float(value)
-        return [figures]
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return []
+    if not isinstance(logged, dict) or "train_runtime" in logged:
+        return []
+    # Every number under TRL's own key (transformers 5 prints them as strings of 4 significant
+    # digits), then under the gate's names.
+    figures = {key: _number(value) for key, value in logged.items() if isinstance(key, str)}
+    figures = {key: value for key, value in figures.items() if value is not None}
+    figures |= {ours: figures[key] for key, ours in TRL_FIGURES.items() if key in figures}
+    for key, value in list(figures.items()):
+        match = TRL_REWARD_MEAN.match(key)
+        if match:
+            figures[f"rewards/{match[1]}"] = value
+    return [figures]
+
+
+def _number(value) -> float | None:
+    """A logged figure as a float (None: not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
@@ -522,8 +536,9 @@ def learning_problems(
 ) -> list[str]:
     """Empty when the short training run behaves as the fixed trainer does: over its last
     `window` steps the mean reward reaches `threshold`, and, where the task sets them, the mean
-    loss stays at least `min_loss` and the mean KL between `min_kl` and `max_kl` (task.json "learning", set
-    from runs of the buggy and the fixed trainer). A run that reached its target and ended
+    loss stays at least `min_loss`, the mean KL between `min_kl` and `max_kl`, and the mean of
+    any logged figure within its `min` and `max` (task.json "learning", set from runs of the
+    buggy and the fixed trainer). A run that reached its target and ended
     before `steps` is judged on the last `window` steps it printed."""
     if len(steps) < rule["steps"] and not (ended_early and len(steps) >= rule["window"]):
         return [
@@ -533,18 +548,19 @@ def learning_problems(
     last = steps[-rule["window"] :]
     where = f"steps {len(steps) - rule['window'] + 1}-{len(steps)} of the training script"
     problems = symptom_problems(steps, rule)
-    for figure, key, side, meaning in BOUNDS:
-        if key not in rule:
-            continue
+    # (figure, bound, side, what a miss means): the named rules, then the `min` and `max` tables
+    # ({logged figure: bound on its window mean}, e.g. a TRL key such as completions/mean_length)
+    bounds = [(fig, rule[key], side, meaning) for fig, key, side, meaning in BOUNDS if key in rule]
+    for table, side in (("min", "at least"), ("max", "at most")):
+        bounds += [(fig, b, side, "the symptom remains") for fig, b in rule.get(table, {}).items()]
+    for figure, bound, side, meaning in bounds:
         values = [step.get(figure, float("nan")) for step in last]
         if not all(v == v and abs(v) != float("inf") for v in values):
             problems.append(f"{figure} missing or not finite over {where}: {values}")
             continue
         mean = sum(values) / len(values)
-        if (mean < rule[key]) if side == "at least" else (mean > rule[key]):
-            problems.append(
-                f"mean {figure} {mean:.3f} over {where}, not {side} {rule[key]}: {meaning}"
-            )
+        if (mean < bound) if side == "at least" else (mean > bound):
+            problems.append(f"mean {figure} {mean:.3f} over {where}, not {side} {bound}: {meaning}")
     return problems
 
 
