@@ -80,9 +80,12 @@ def test_a_trl_logged_dict_gives_the_gate_figures_and_the_summary_none():
         "{'loss': 0.0123, 'grad_norm': 0.61, 'learning_rate': 0.003, 'reward': 0.25, "
         "'clip_ratio/region_mean': 0.02, 'kl': 0.0, 'epoch': 0.1}\n"
     )
-    assert _step_figures(line) == [
-        {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
-    ]
+    (figures,) = _step_figures(line)
+    gate = {"reward": 0.25, "loss": 0.0123, "grad_norm": 0.61, "kl": 0.0, "clip_ratio": 0.02}
+    assert figures == gate | {"learning_rate": 0.003, "clip_ratio/region_mean": 0.02, "epoch": 0.1}
+    # transformers 5 prints each float as a string of 4 significant digits
+    printed = "{'loss': '0.0123', 'grad_norm': '0.61', 'reward': '0.25', 'mode': 'train'}"
+    assert _step_figures(printed) == [{"loss": 0.0123, "grad_norm": 0.61, "reward": 0.25}]
     progress = " 13%|█▎        | 20/150 [00:09<01:01,  2.11it/s]"  # stderr, merged, no newline
     assert _step_figures(progress + line) == _step_figures(line)
     assert _step_figures("{'train_runtime': 20.1, 'train_loss': 0.01}") == []
@@ -107,3 +110,77 @@ def test_the_trl_gate_passes_a_fixed_run_and_names_each_symptom_left():
 def test_a_trl_run_that_dies_before_its_lines_fails():
     (problem,) = learning_problems([], TRL_RULE, "IndexError: list index out of range")
     assert "printed 0 step lines of the 3" in problem and "IndexError" in problem
+
+
+# trl017-tempered-weights' first two logged dicts (TRL 0.17 fork, `tasks symptoms`' runs): the
+# fixed trainer, and one that sums the reward functions without their weights [1.0, 0.1].
+WEIGHTED_LINES = {
+    "fixed": (
+        "{'loss': -0.0076, 'grad_norm': 0.5409, 'rewards/answer_reward/mean': 0.11015625, "
+        "'rewards/brevity_reward/mean': 0.3426432400941849, 'reward': 0.1444205716252327}",
+        "{'loss': -0.0233, 'grad_norm': 0.8376, 'rewards/answer_reward/mean': 0.2125, "
+        "'rewards/brevity_reward/mean': 0.3233723908662796, 'reward': 0.24483723640441896}",
+    ),
+    "unweighted": (
+        "{'loss': -0.0008, 'grad_norm': 0.7551, 'rewards/answer_reward/mean': 0.09765625, "
+        "'rewards/brevity_reward/mean': 0.39329427778720855, 'reward': 0.4909505516290665}",
+        "{'loss': 0.0672, 'grad_norm': 0.9063, 'rewards/answer_reward/mean': 0.17109375, "
+        "'rewards/brevity_reward/mean': 0.5975260466337204, 'reward': 0.7686198055744171}",
+    ),
+}
+WEIGHTED_RULE = {
+    "steps": 2,
+    "window": 2,
+    "nonzero": ["reward", "grad_norm"],
+    "max_reward": 1.1,
+    "weighted_reward": {"answer_reward": 1.0, "brevity_reward": 0.1},
+}
+
+
+def test_the_logged_reward_must_be_the_weighted_sum_of_the_functions_means():
+    """Both runs pass the older rules (rewards 0.49 and 0.77 are within 1.1); only the identity
+    between `reward` and the weighted `rewards/<name>/mean` tells them apart."""
+    fixed = [s for line in WEIGHTED_LINES["fixed"] for s in _step_figures(line)]
+    unweighted = [s for line in WEIGHTED_LINES["unweighted"] for s in _step_figures(line)]
+    assert fixed[0]["rewards/brevity_reward"] == 0.3426432400941849
+    assert learning_problems(fixed, WEIGHTED_RULE, "") == []
+    older = {k: v for k, v in WEIGHTED_RULE.items() if k != "weighted_reward"}
+    assert learning_problems(unweighted, older, "") == []
+    (problem,) = learning_problems(unweighted, WEIGHTED_RULE, "")
+    assert "reward 0.4910" in problem and "give 0.1370" in problem
+
+
+def test_the_weighted_reward_rule_reads_the_older_key_and_needs_every_mean():
+    """TRL up to 0.16 logs `rewards/<name>` without `/mean`; a line without a function's mean
+    cannot show the weighting and fails."""
+    line = (
+        "{'loss': 0.01, 'grad_norm': 0.5, 'rewards/answer_reward': 0.5, "
+        "'rewards/brevity_reward': 0.25, 'reward': 0.525}"
+    )
+    steps = _step_figures(line) + _step_figures(line)
+    assert learning_problems(steps, WEIGHTED_RULE, "") == []
+    del steps[1]["rewards/brevity_reward"]
+    (problem,) = learning_problems(steps, WEIGHTED_RULE, "")
+    assert "log line 2 lacks" in problem
+
+
+# trl-reward-weights-clipping (TRL 1.16 fork, transformers 5): `completions/clipped_ratio` on
+# log lines 3-4 (steps 21-40), fixed and with every bug, seeds 42, 1, 2, 3 (README).
+CLIPPED = {"fixed": [(0.711, 0.759), (0.434, 0.259)], "every bug": [(0.031, 0.002), (0.087, 0.002)]}
+
+
+def test_a_min_table_bounds_any_logged_figure_over_the_window():
+    """`min = {"completions/clipped_ratio" = 0.15}`: the share of completions cut at the length
+    limit, which collapses when the brevity reward counts as much as the answer."""
+    rule = {"steps": 4, "window": 2, "min": {"completions/clipped_ratio": 0.15}}
+
+    def run(lines: tuple[float, float]) -> list[dict]:
+        printed = [f"{{'loss': '0.01', 'completions/clipped_ratio': '{v}'}}" for v in (0.7, 0.6)]
+        printed += [f"{{'loss': '0.01', 'completions/clipped_ratio': '{v}'}}" for v in lines]
+        return [s for line in printed for s in _step_figures(line)]
+
+    for lines in CLIPPED["fixed"]:
+        assert learning_problems(run(lines), rule, "") == []
+    for lines in CLIPPED["every bug"]:
+        (problem,) = learning_problems(run(lines), rule, "")
+        assert "mean completions/clipped_ratio" in problem and "not at least 0.15" in problem

@@ -759,6 +759,19 @@ def make_reference_model(policy: torch.nn.Module) -> torch.nn.Module:
 # update: one generation batch through GRPOTrainer.training_step
 
 
+def _events(grpo: GRPOTrainer, policy: torch.nn.Module, optimizer, stack: ExitStack):
+    """A function sending one event to the trainer's callbacks (`CallbackHandler.call_event`,
+    as `Trainer.train` does), which see `policy` and `optimizer` for the duration of `stack`."""
+    handler = grpo.callback_handler
+    stack.enter_context(_settings(handler, model=policy, optimizer=optimizer))
+    stack.enter_context(_settings(grpo, control=copy.deepcopy(grpo.control)))
+
+    def send(name: str) -> None:
+        grpo.control = getattr(handler, name)(grpo.args, grpo.state, grpo.control)
+
+    return send
+
+
 @_located(GRPOTrainer.training_step)
 def grpo_step(
     policy: torch.nn.Module,
@@ -774,6 +787,7 @@ def grpo_step(
     temperature: float = CONVENTIONS["temperature"],
     num_iterations: int = 1,
     max_grad_norm: float = 1.0,
+    callbacks: bool = False,
     **loss_kwargs: Any,
 ) -> float:
     """`num_iterations` x GRPOTrainer.training_step on one generation batch, as HF's loop runs it.
@@ -783,7 +797,10 @@ def grpo_step(
     beta != 0, shuffle, buffer) -> `_compute_loss` -> backward. Between steps the adapter does what
     `Trainer._inner_training_loop` does: clip the gradient norm (accelerator.clip_grad_norm_),
     optimizer.step(), zero the gradients, count the global step. From 1.15 the policy and reference
-    get TRL's fused LM head for the duration, as `__init__` installs it.
+    get TRL's fused LM head for the duration, as `__init__` installs it. With `callbacks`, the
+    trainer's callbacks (a subclass may keep its reference model in step from one) get the
+    events `Trainer._inner_training_loop` sends around each step, in its order, with this
+    policy and optimizer as their `model` and `optimizer`.
     """
     options = dict(loss_kwargs)
     scale_rewards = options.pop("scale_rewards", CONVENTIONS["scale_rewards"])
@@ -843,12 +860,19 @@ def grpo_step(
             )
         )
         stack.enter_context(_settings(grpo.state, global_step=0))
+        event = _events(grpo, policy, optimizer, stack) if callbacks else (lambda name: None)
         batch = [{"prompt": PROMPT_TEXT}] * num_rows
+        event("on_train_begin")
         for _ in range(num_iterations):
             optimizer.zero_grad(set_to_none=True)
+            event("on_step_begin")
             loss = grpo.training_step(policy, batch, num_items_in_batch=None)
             grpo.accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            event("on_pre_optimizer_step")
             optimizer.step()
+            event("on_optimizer_step")
             grpo.state.global_step += 1
+            event("on_step_end")
+        event("on_train_end")
     trl_driver.clear_logs(grpo)
     return float(loss)

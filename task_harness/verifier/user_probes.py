@@ -50,10 +50,13 @@ def _loss(adapter, inputs: dict) -> dict:
 
 
 def _reference_sync(adapter, inputs: dict) -> dict:
-    """The reference model through training steps of the driver (`grpo_step`, the trainer's own
-    `training_step`, as many passes as the config's `ref_sync_steps`), then after one more
-    update of the policy alone: what a reference the trainer keeps in step with the policy
-    does, and whether it moves with the policy between its syncs."""
+    """The reference model through training steps of the driver (`grpo_step`: the trainer's own
+    `training_step`, as many passes as the config's `ref_sync_steps`, with the events
+    `Trainer.train` sends its callbacks around each step, so a sync kept in a callback runs as
+    in training), then after one more update of the policy alone. Observed: the reference; the
+    policy just before the last step's update (what a reference synced in that step, before
+    its update, is a copy of; where in the step the sync runs changes that step's loss, not
+    this); and the reference after the extra update (a reference that moves with the policy)."""
     from transformers import AutoModelForCausalLM
 
     from reference_impl.tiny import TinySpec, tiny_model_path
@@ -61,7 +64,16 @@ def _reference_sync(adapter, inputs: dict) -> dict:
     path = tiny_model_path(TinySpec())
     policy = AutoModelForCausalLM.from_pretrained(path)
     reference = AutoModelForCausalLM.from_pretrained(path).eval().requires_grad_(False)
-    optimizer = torch.optim.SGD(policy.parameters(), lr=inputs["lr"])
+    probe = inputs["probe_ids"]
+    before_update: list[torch.Tensor] = []
+
+    class Recording(torch.optim.SGD):
+        def step(self, closure=None):
+            with torch.no_grad():
+                before_update[:] = [policy(input_ids=probe).logits]
+            return super().step(closure)
+
+    optimizer = Recording(policy.parameters(), lr=inputs["lr"])
     passes = int(getattr(adapter.harness.trainer().args, "ref_sync_steps", 1) or 1)
     adapter.grpo_step(
         policy,
@@ -74,17 +86,21 @@ def _reference_sync(adapter, inputs: dict) -> dict:
         eos_token_ids=inputs["eos_token_ids"],
         reference=reference,
         num_iterations=passes,
+        callbacks=True,
     )
-    probe = inputs["probe_ids"]
     with torch.no_grad():
         synced = reference(input_ids=probe).logits
-        policy_now = policy(input_ids=probe).logits
+    last_update_from = before_update[0]
     optimizer.zero_grad()
     policy(input_ids=probe).logits.logsumexp(-1).mean().backward()
     optimizer.step()
     with torch.no_grad():
         later = reference(input_ids=probe).logits
-    return {"reference": synced, "policy": policy_now, "reference_after_policy_step": later}
+    return {
+        "reference": synced,
+        "policy_before_update": last_update_from,
+        "reference_after_policy_step": later,
+    }
 
 
 def _call(adapter, case: dict, inputs: dict):

@@ -427,6 +427,11 @@ TRL_FIGURES = {
 }
 
 
+# Each reward function's logged mean: `rewards/<name>/mean` (TRL 0.17 on), `rewards/<name>` (up
+# to 0.16); the gate reads it as `rewards/<name>`.
+TRL_REWARD_MEAN = re.compile(r"^rewards/([^/]+)(?:/mean)?$")
+
+
 def _trl_figures(line: str) -> list[dict[str, float]]:
     """The gate's figures of one logged dict of TRL's Trainer; [] for the final summary
     (`train_runtime`) and for anything that is not a plain dict of numbers."""
@@ -434,19 +439,39 @@ def _trl_figures(line: str) -> list[dict[str, float]]:
         return []
     try:
         logged = ast.literal_eval(line)
-        if not isinstance(logged, dict) or "train_runtime" in logged:
-            return []
-        return [{ours: float(logged[key]) for key, ours in TRL_FIGURES.items() if key in logged}]
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return []
+    if not isinstance(logged, dict) or "train_runtime" in logged:
+        return []
+    # Every number under TRL's own key (transformers 5 prints them as strings of 4 significant
+    # digits), then under the gate's names.
+    figures = {key: _number(value) for key, value in logged.items() if isinstance(key, str)}
+    figures = {key: value for key, value in figures.items() if value is not None}
+    figures |= {ours: figures[key] for key, ours in TRL_FIGURES.items() if key in figures}
+    for key, value in list(figures.items()):
+        match = TRL_REWARD_MEAN.match(key)
+        if match:
+            figures[f"rewards/{match[1]}"] = value
+    return [figures]
+
+
+def _number(value) -> float | None:
+    """A logged figure as a float (None: not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
     """The instruction's symptoms still in the watched log lines (task.json "learning", each
     measured on the fixed and the buggy trainer and recorded in the task's spec): a figure of
     `nonzero` exactly 0 on every line (a run that learns nothing: blank rewards, no gradient, a
-    second pass that clips nothing), or a logged reward above `max_reward` (the sum of the
-    reward weights, which no weighted reward in [0, 1] per function can exceed)."""
+    second pass that clips nothing), a logged reward above `max_reward` (the sum of the
+    reward weights, which no weighted reward in [0, 1] per function can exceed), or a logged
+    reward other than the `weighted_reward` sum (weight x logged mean of each function)."""
     problems = []
     for figure in rule.get("nonzero", ()):
         # `nonzero_from`: the lines before it are not watched for this rule (a figure that is
@@ -463,7 +488,38 @@ def symptom_problems(steps: list[dict[str, float]], rule: dict) -> list[str]:
                 f"logged reward {max(rewards, key=lambda r: r if r == r else float('inf')):.3f} "
                 f"above {rule['max_reward']}, the sum of the reward weights: {rewards}"
             )
+    if "weighted_reward" in rule:
+        problems += _weighting_problems(steps, rule["weighted_reward"])
     return problems
+
+
+# How far a logged reward may be from its weighted sum, relative to the figures: TRL logs means of
+# float32 `.item()`s (rounding below 1e-6), and transformers 5 prints each logged float to 4
+# significant digits (`f"{v:.4g}"`, trainer_callback.py), off by at most 5e-4 of its value.
+WEIGHTED_REWARD_TOLERANCE = 1e-3
+
+
+def _weighting_problems(steps: list[dict[str, float]], weights: dict[str, float]) -> list[str]:
+    """Where TRL logs the mean of the rewards the advantages are computed from (`reward`) and
+    each function's mean reward (`rewards/<name>`), the first is the sum of the second weighted
+    by the configured reward weights, on every line (`weights`: {function name: weight}; exact
+    where no reward function returns None). A reward combined with other weights, or none,
+    breaks it."""
+    for number, step in enumerate(steps, 1):
+        means = [step.get(f"rewards/{name}") for name in weights]
+        if "reward" not in step or None in means:
+            return [f"log line {number} lacks `reward` or a function's mean reward ({weights})"]
+        terms = [w * m for w, m in zip(weights.values(), means, strict=True)]
+        combined = sum(terms)
+        scale = abs(step["reward"]) + sum(abs(t) for t in terms)
+        if not abs(step["reward"] - combined) <= WEIGHTED_REWARD_TOLERANCE * scale + 1e-6:
+            return [
+                f"log line {number}: reward {step['reward']:.4f}, but the reward weights {weights} "
+                f"give {combined:.4f} from the functions' mean rewards "
+                f"{dict(zip(weights, means, strict=True))}: the reward that trains is not "
+                "weighted as configured"
+            ]
+    return []
 
 
 # (figure, rule key, the window's mean must be: "at least" or "at most", what a miss means)
@@ -480,8 +536,9 @@ def learning_problems(
 ) -> list[str]:
     """Empty when the short training run behaves as the fixed trainer does: over its last
     `window` steps the mean reward reaches `threshold`, and, where the task sets them, the mean
-    loss stays at least `min_loss` and the mean KL between `min_kl` and `max_kl` (task.json "learning", set
-    from runs of the buggy and the fixed trainer). A run that reached its target and ended
+    loss stays at least `min_loss`, the mean KL between `min_kl` and `max_kl`, and the mean of
+    any logged figure within its `min` and `max` (task.json "learning", set from runs of the
+    buggy and the fixed trainer). A run that reached its target and ended
     before `steps` is judged on the last `window` steps it printed."""
     if len(steps) < rule["steps"] and not (ended_early and len(steps) >= rule["window"]):
         return [
@@ -491,18 +548,19 @@ def learning_problems(
     last = steps[-rule["window"] :]
     where = f"steps {len(steps) - rule['window'] + 1}-{len(steps)} of the training script"
     problems = symptom_problems(steps, rule)
-    for figure, key, side, meaning in BOUNDS:
-        if key not in rule:
-            continue
+    # (figure, bound, side, what a miss means): the named rules, then the `min` and `max` tables
+    # ({logged figure: bound on its window mean}, e.g. a TRL key such as completions/mean_length)
+    bounds = [(fig, rule[key], side, meaning) for fig, key, side, meaning in BOUNDS if key in rule]
+    for table, side in (("min", "at least"), ("max", "at most")):
+        bounds += [(fig, b, side, "the symptom remains") for fig, b in rule.get(table, {}).items()]
+    for figure, bound, side, meaning in bounds:
         values = [step.get(figure, float("nan")) for step in last]
         if not all(v == v and abs(v) != float("inf") for v in values):
             problems.append(f"{figure} missing or not finite over {where}: {values}")
             continue
         mean = sum(values) / len(values)
-        if (mean < rule[key]) if side == "at least" else (mean > rule[key]):
-            problems.append(
-                f"mean {figure} {mean:.3f} over {where}, not {side} {rule[key]}: {meaning}"
-            )
+        if (mean < bound) if side == "at least" else (mean > bound):
+            problems.append(f"mean {figure} {mean:.3f} over {where}, not {side} {bound}: {meaning}")
     return problems
 
 
@@ -712,7 +770,8 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             steps, tail, ended_early = children.train(rule)
             learning = learning_problems(steps, rule, tail, ended_early)
             log.append("=== Learning: the first steps of the training script ===")
-            for figure in ("reward", "loss", "kl", "grad_norm", "clip_ratio"):
+            bounded = [*rule.get("min", {}), *rule.get("max", {})]
+            for figure in ("reward", "loss", "kl", "grad_norm", "clip_ratio", *bounded):
                 if any(figure in step for step in steps):
                     log.append(
                         f"{figure}: {[round(s.get(figure, float('nan')), 3) for s in steps]}"

@@ -1,0 +1,116 @@
+"""user-ref-anchor's reference probe runs the trainer's callbacks, as `Trainer.train` does.
+
+Two blind agents fixed the shared storage of the reference model and moved its sync into a
+`TrainerCallback`; a probe that called `training_step` alone never ran it, and failed a correct
+fix. The probe now sends the callbacks the events of each step, so a sync kept in a callback at a
+time NOTES.md allows (before the update of every `ref_sync_steps`-th step) passes, and the
+shared storage still fails from a callback as from `training_step`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from task_harness.build import build_task
+from task_harness.spec import load_tasks
+from task_harness.verifier import jail
+
+pytestmark = [
+    pytest.mark.xdist_group("tasks-user-ref-sync"),
+    pytest.mark.skipif(
+        not jail.available(), reason="the verifier's children need root and unshare"
+    ),
+]
+
+IN_TRAINING_STEP = """\
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        every = getattr(self.args, "ref_sync_steps", 0)
+        if every and self.ref_model is not None and (self.state.global_step + 1) % every == 0:
+            self.sync_reference()
+        return loss
+"""
+# The blind agents' event (`on_step_end`, after the optimizer step and the global step's count),
+# at the end of the step before each `ref_sync_steps`-th: the policy the next update starts from.
+IN_A_CALLBACK = """\
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback(ReferenceSync(self))
+"""
+CALLBACK_CLASS = """
+
+class ReferenceSync(TrainerCallback):
+    \"\"\"Keeps the trainer's reference model a copy of the policy every ref_sync_steps steps.\"\"\"
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        every = getattr(args, "ref_sync_steps", 0)
+        if every and self.trainer.ref_model is not None and (state.global_step + 1) % every == 0:
+            self.trainer.sync_reference()
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    (spec,) = load_tasks(ids=["user-ref-anchor"])
+    return build_task(spec, tmp_path_factory.mktemp("built"))
+
+
+def _callback_trainer(source: str, shared_storage: bool) -> str:
+    """The oracle's trainer with its sync moved from `training_step` into a callback."""
+    assert IN_TRAINING_STEP in source
+    source = source.replace(IN_TRAINING_STEP, IN_A_CALLBACK)
+    source = source.replace(
+        "from trl import GRPOTrainer\n",
+        "from transformers import TrainerCallback\nfrom trl import GRPOTrainer\n",
+    )
+    source = source.replace(
+        "\n\nclass TeamGRPOTrainer", CALLBACK_CLASS + "\n\nclass TeamGRPOTrainer"
+    )
+    if shared_storage:
+        assert "ref.copy_(param)" in source
+        source = source.replace("ref.copy_(param)", "ref.data = param.data")
+    return source
+
+
+def _reference_score(built: Path, tmp_path: Path, shared_storage: bool) -> tuple[float, str]:
+    """The verifier's score of the reference bug alone (task.json cut to it, no training run)
+    on the oracle's workspace whose sync lives in a callback."""
+    tests = tmp_path / "tests"
+    shutil.copytree(built / "tests", tests)
+    task = json.loads((tests / "task.json").read_text())
+    task["bugs"] = [b for b in task["bugs"] if b["id"] == "reference_shares_storage"]
+    task["learning"] = None
+    (tests / "task.json").write_text(json.dumps(task))
+    workspace = tmp_path / "workspace"
+    shutil.copytree(built / "environment" / "workspace", workspace)
+    shutil.copytree(built / "solution" / "files", workspace, dirs_exist_ok=True)
+    trainer = workspace / "mygrpo" / "trainer.py"
+    trainer.write_text(_callback_trainer(trainer.read_text(), shared_storage))
+    done = subprocess.run(
+        [sys.executable, str(tests / "verify.py"), str(workspace), str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    reward = json.loads((tmp_path / "logs" / "reward.json").read_text())
+    return reward["reference_shares_storage"], done.stdout[-2000:]
+
+
+def test_a_sync_kept_in_a_callback_passes(built, tmp_path):
+    score, log = _reference_score(built, tmp_path, shared_storage=False)
+    assert score == 1.0, log
+
+
+def test_shared_storage_fails_from_a_callback_too(built, tmp_path):
+    score, log = _reference_score(built, tmp_path, shared_storage=True)
+    assert score == 0.0, log
+    assert "reference_model.sync" in log
