@@ -75,9 +75,9 @@ CLAIMS: dict[str, list[Claim]] = {
     ],
     "rz-succ-temperature": [
         Claim(
-            "reached a mean reward above 0.9 within 40 rollouts",
+            "averaged a reward above 0.8 over rollouts 31-40",
             "fixed",
-            lambda run: within(run.rollouts_to(0.9), 1, 40),
+            lambda run: within(block(run, "reward", 3), 0.8, 1.0),
         ),
         Claim("the first log line prints `loss +nan`", "all bugs", lambda run: run.nan_loss),
         Claim(
@@ -146,9 +146,9 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(block(run, "kl", 2), 1, 3),
         ),
         Claim(
-            "its average over each block of ten rollouts stays below 0.1",
+            "its average over each block of ten rollouts up to rollout 30 stays below 0.1",
             "all bugs",
-            lambda run: all(v < 0.1 for v in run.blocks("kl")),
+            lambda run: all(v < 0.1 for v in run.blocks("kl")[:3]),
         ),
         Claim(
             "prints exactly 1.0000 on every line",
