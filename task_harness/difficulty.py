@@ -76,8 +76,6 @@ def _target(spec: TaskSpec, workspace: Path) -> tuple[str, dict[str, str]]:
         shutil.copy(ADAPTER, workspace / "grpo_protocol.py")
         shutil.copy(ADAPTER.with_suffix(".yaml"), workspace / "rlzero_protocol.yaml")
         return "rlzero_protocol.yaml", env
-    if spec.family == "reference":  # minigrpo: reference_impl renamed, the protocol's own names
-        return spec.trainer, env
     if spec.trl_version:  # an older release's fork imports with that release's dependencies
         from task_harness.releases import dependency_paths
 
