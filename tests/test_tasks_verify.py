@@ -50,18 +50,20 @@ def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
     assert nop.bugs == {"anti_cheat": 1.0, "learning": 0.0} | dict.fromkeys((*BUGS, DECOY), 0.0)
 
 
-def test_the_textbook_convention_fixes_the_bugs_but_loses_the_decoy(decoy_task, agent_files):
+def test_the_textbook_convention_loses_the_decoy_and_its_stage(decoy_task, agent_files):
     """Every bug fixed, but the group std made the sample std (what copying a textbook or
-    reference implementation gives): the intended population std is lost, and with it the decoy's
-    weight, whatever the bugs score."""
+    reference implementation gives): the trainer's population std is part of the advantages
+    stage, so that stage's bug and the decoy guarding it both score 0; the other bugs keep their
+    credit."""
     textbook = POPULATION_STD.replace("/ count)", "/ (count - 1).clamp(min=1))")
     agent = f"{FIX} && sed -i 's|{POPULATION_STD}|{textbook}|' rlzero/advantages.py"
     agent += f" && grep -qF '{textbook}' rlzero/advantages.py"
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.status == "ok", result.detail
-    assert all(result.bugs[bug] == 1.0 for bug in BUGS), result.detail
-    assert result.bugs[DECOY] == 0.0
-    assert result.reward == pytest.approx(0.8)
+    assert result.bugs["pad_masks_eos"] == result.bugs["scoring_without_temperature"] == 1.0
+    assert result.bugs["epsilon_after_division"] == result.bugs[DECOY] == 0.0, result.detail
+    assert "advantages.pairs: intended" in result.detail  # the decoy's own probe saw it
+    assert result.reward == pytest.approx(0.5)
 
 
 def test_editing_a_protected_file_scores_zero_even_with_the_fix(decoy_task, agent_files):
