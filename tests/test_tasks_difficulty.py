@@ -28,20 +28,28 @@ def test_the_label_follows_the_larger_solved_share():
     assert difficulty.label(0.2, 1.0) == "easy"
 
 
-# `tasks difficulty` drives the checker on a fork or an rlzero workspace; on the user family it
-# cannot yet declare the team's conventions for the subclass, so those labels are provisional
-# (README, "The user family") until it can, and are held to that below.
-MEASURED = [s for s in load_tasks() if s.family != "user"]
+# `tasks difficulty` drives the checker on a fork, an rlzero workspace, or a user task's subclass
+# with the team's conventions declared by `profile --write` on its fixed trainer. A user task
+# not measured yet keeps the provisional "hard" (README, "The user family") and is held to that.
+MEASURED = [s for s in load_tasks() if s.family != "user" or difficulty.recorded(s) is not None]
 
 
-def test_the_user_familys_labels_are_the_provisional_hard_and_unrecorded():
-    users = [s for s in load_tasks() if s.family == "user"]
-    assert users
-    for spec in users:
-        assert difficulty.recorded(spec) is None, (
-            f"{spec.id} is measured: drop it from the exemption"
-        )
+def test_an_unmeasured_user_task_is_labelled_the_provisional_hard():
+    unmeasured = [s for s in load_tasks() if s not in MEASURED]
+    assert {s.family for s in unmeasured} <= {"user"}
+    for spec in unmeasured:
         assert spec.toml["metadata"]["difficulty"] == "hard", spec.id
+
+
+def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path):
+    """The target is the conventions YAML that `declare_user_conventions` writes, and the
+    release the task pins comes first on the child's path."""
+    from task_harness.releases import trl_release_path
+
+    spec = next(s for s in load_tasks() if s.family == "user" and s.trl_version == "1.14.2")
+    target, env = difficulty._target(spec, tmp_path)
+    assert target == difficulty.USER_CONVENTIONS
+    assert env["PYTHONPATH"].split(":")[0] == str(trl_release_path("1.14.2"))
 
 
 @pytest.mark.parametrize("spec", MEASURED, ids=lambda s: s.id)
