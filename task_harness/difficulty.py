@@ -39,8 +39,11 @@ from pathlib import Path
 from task_harness.spec import TaskSpec
 
 ADAPTER = Path(__file__).resolve().parent / "trainers" / "rlzero_protocol.py"
-# The YAML a user task's conventions are declared in, inside each workspace copy.
+# The YAML a user task's conventions are declared in, and the module that builds the team's
+# config (its GRPOConfig subclass with its settings, as the training script does), inside each
+# workspace copy.
 USER_CONVENTIONS = "grpo_conventions.yaml"
+USER_CONFIG = "grpo_team_config.py"
 EASY, MEDIUM = 1.0, 0.5
 CHECK_TIMEOUT = 600
 
@@ -95,13 +98,25 @@ def _target(spec: TaskSpec, workspace: Path) -> tuple[str, dict[str, str]]:
 
 def declare_user_conventions(spec: TaskSpec, fixed: Path, buggy: Path) -> None:
     """Write USER_CONVENTIONS into both workspaces: `grpo-check profile --write` of the user's
-    trainer and config (build.USER_TRAINER) in the fixed one, whose conventions are the task's
-    intended ones. Its findings stay in the file and fail in both, so they find no bug."""
+    trainer with the team's config (build.USER_TRAINER: its config class built with its
+    settings, in USER_CONFIG) in the fixed one, whose conventions are the task's intended ones.
+    Its findings stay in the file and fail in both, so they find no bug."""
     from task_harness.build import USER_TRAINER
 
+    config_module, config_class = USER_TRAINER["config_class"].split(":")
+    values_module, values = USER_TRAINER["config_values"].split(":")
+    # As the training script builds it: on CPU, the team's settings, then the task's run.
+    builder = (
+        f'"""The team\'s config as its training script builds it."""\n\n'
+        f"from {config_module} import {config_class}\nfrom {values_module} import {values}\n\n"
+        f'CONFIG = {config_class}(output_dir="grpo-check-out", use_cpu=True, bf16=False, '
+        f"**{{**{values}, **{spec.train!r}}})\n"
+    )
+    for workspace in (fixed, buggy):
+        (workspace / USER_CONFIG).write_text(builder)
     _, env = _target(spec, fixed)
     command = [*_grpo_check(), "profile", USER_TRAINER["class"]]
-    command += ["--config", USER_TRAINER["config_values"], "--write", USER_CONVENTIONS]
+    command += ["--config", f"{USER_CONFIG}:CONFIG", "--write", USER_CONVENTIONS]
     try:
         done = subprocess.run(
             command, cwd=fixed, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT

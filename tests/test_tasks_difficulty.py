@@ -29,16 +29,9 @@ def test_the_label_follows_the_larger_solved_share():
 
 
 # `tasks difficulty` drives the checker on a fork, an rlzero workspace, or a user task's subclass
-# with the team's conventions declared by `profile --write` on its fixed trainer. A user task
-# not measured yet keeps the provisional "hard" (README, "The user family") and is held to that.
-MEASURED = [s for s in load_tasks() if s.family != "user" or difficulty.recorded(s) is not None]
-
-
-def test_an_unmeasured_user_task_is_labelled_the_provisional_hard():
-    unmeasured = [s for s in load_tasks() if s not in MEASURED]
-    assert {s.family for s in unmeasured} <= {"user"}
-    for spec in unmeasured:
-        assert spec.toml["metadata"]["difficulty"] == "hard", spec.id
+# with the team's conventions declared by `profile --write` on its fixed trainer: every task is
+# measured.
+MEASURED = load_tasks()
 
 
 def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path):
