@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ YAML_KEYS = {
     "trainer",
     "grpo_config",
 }
+# What a dataclass such as GRPOConfig raises for a field it does not have.
+UNEXPECTED_KEYWORD = re.compile(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'")
 # The keywords grpo-check passes a GRPOTrainer (subclass) when it builds one.
 TRAINER_KEYWORDS = ("model", "reward_funcs", "args", "train_dataset", "processing_class")
 KINDS = ("auto", "functions", "trl", "verl")
@@ -345,6 +348,10 @@ def _import_functions_module(spec: CandidateSpec):
         ) from None
     except ModuleNotFoundError as error:
         raise TargetError(f"{spec.target}: cannot import: {error}") from None
+    except TypeError as error:
+        raise TargetError(
+            f"{spec.target}: {_missing_config_field(error) or 'import failed: ' + _brief_error(error)}"
+        ) from None
     except BaseException as error:  # noqa: BLE001 - any failure at import is the candidate's
         raise TargetError(
             f"{spec.target}: import failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
@@ -390,6 +397,38 @@ def _load_trl(spec: CandidateSpec) -> Candidate:
     supported = {k: list(v) for k, v in (getattr(adapter, "SUPPORTED", {}) or {}).items()}
     supported |= {k: list(v) for k, v in spec.supported.items()}
     return Candidate(spec, functions, locations, config, supported)
+
+
+def _missing_config_field(error: TypeError) -> str | None:
+    """The cause, in one line, when the candidate's file built a GRPOConfig (or a subclass) with a
+    field the installed TRL release does not have: TRL refuses it at construction, so the user's
+    own run on this release would fail the same way, and grpo-check does not guess a value."""
+    match = UNEXPECTED_KEYWORD.fullmatch(str(error))
+    trl = sys.modules.get("trl")
+    if match is None or trl is None or error.__traceback__ is None:
+        return None
+    last = error.__traceback__
+    while last.tb_next is not None:
+        last = last.tb_next
+    frame = last.tb_frame
+    cls = frame.f_locals.get(match[1], frame.f_globals.get(match[1]))
+    if not (isinstance(cls, type) and issubclass(cls, trl.GRPOConfig)):
+        return None
+    where = f"{Path(frame.f_code.co_filename).name}:{last.tb_lineno}"
+    return f"{where}: {_no_such_fields([match[2]])}"
+
+
+def _no_such_fields(names: list[str]) -> str:
+    """What to say of GRPOConfig fields the installed TRL release lacks (removed or renamed
+    between releases: `max_prompt_length` is gone from 0.28.0 on)."""
+    import trl
+
+    listed = ", ".join(repr(n) for n in names)
+    return (
+        f"TRL {trl.__version__}'s GRPOConfig has no field{'s' if len(names) > 1 else ''} {listed}: "
+        f"remove {'them' if len(names) > 1 else 'it'}, or check with the TRL release the config "
+        "was written for"
+    )
 
 
 def _brief_error(error: BaseException) -> str:
@@ -478,7 +517,7 @@ def _user_config(spec: CandidateSpec, base: type) -> tuple[type, dict]:
     known = {f.name for f in fields(base)}
     unknown = sorted(set(config) - known)
     if unknown:
-        raise TargetError(f"{spec.target}: the config has unknown GRPOConfig field(s) {unknown}")
+        raise TargetError(f"{spec.target}: {_no_such_fields(unknown)}")
     return base, dict(config)
 
 

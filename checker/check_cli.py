@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checker import __version__
-from checker.candidate import KINDS, TargetError, resolve_target
+from checker.candidate import KINDS, CandidateSpec, TargetError, resolve_target
 from checker.checks import CheckResult, all_checks
 from checker.coverage import uncovered
 from checker.diagnosis import diagnose
@@ -35,6 +35,9 @@ from reference_impl.protocol import DEFAULTS, STAGES
 
 DEFAULT_SEED = 1234
 DEFAULT_TIMEOUT = 60.0
+# A subclass failing this many checks across this many stages more likely keeps conventions of
+# its own than has that many bugs: the summary suggests declaring them first.
+MANY_FAILURES, MANY_STAGES = 5, 3
 
 
 def run_check(
@@ -46,11 +49,34 @@ def run_check(
     workers: int = 2,
     log=lambda _: None,
     grpo_config: str | None = None,
-) -> tuple[str, list[CheckResult], dict | None]:
+) -> tuple[CandidateSpec, list[CheckResult], dict | None]:
     """Resolve, run and diagnose; raises TargetError / CandidateLoadError when nothing can run."""
     spec = resolve_target(target, kind, grpo_config)
     results = collect_results(spec, stages, seed, timeout, workers, log)
-    return spec.kind, results, diagnose(results)
+    return spec, results, diagnose(results)
+
+
+def profile_hint(
+    spec: CandidateSpec, grpo_config: str | None, results: list[CheckResult]
+) -> str | None:
+    """For a GRPOTrainer subclass named directly (FILE.py:CLASS, module:CLASS: no YAML declares
+    its conventions yet) that fails at least MANY_FAILURES checks across MANY_STAGES stages: the
+    `profile --write` command that measures and declares its team's conventions, so that the
+    next check reports what differs from them rather than from TRL's defaults."""
+    if spec.trainer is None or spec.target.endswith((".yaml", ".yml")):
+        return None
+    failing = [r for r in results if r.status in ("fail", "error")]
+    stages = {r.stage for r in failing}
+    if len(failing) < MANY_FAILURES or len(stages) < MANY_STAGES:
+        return None
+    where = spec.target.rpartition(":")[0]
+    written = f"{Path(where).stem if where.endswith('.py') else where.rpartition('.')[2]}.yaml"
+    config = f" --config {grpo_config}" if grpo_config else ""
+    return (
+        f"{len(failing)} checks fail across {len(stages)} stages: if some of them are your "
+        "team's conventions rather than bugs, declare those first, then check the YAML: "
+        f"grpo-check profile {spec.target}{config} --write {written} && grpo-check {written}"
+    )
 
 
 def collect_results(
@@ -131,7 +157,7 @@ def check(
     status = err.status(f"grpo-check {target}: loading the candidate", spinner="dots")
     status.start()
     try:
-        kind_found, results, diagnosis = run_check(
+        spec, results, diagnosis = run_check(
             target,
             kind,
             stages,
@@ -149,9 +175,11 @@ def check(
     if junit_xml:
         write_junit(junit_xml, target, results)
     if as_json:
-        click.echo(to_json(target, kind_found, __version__, results, diagnosis))
+        click.echo(to_json(target, spec.kind, __version__, results, diagnosis))
     else:
-        print_table(out, target, results, diagnosis, strict)
+        print_table(
+            out, target, results, diagnosis, strict, profile_hint(spec, grpo_config, results)
+        )
     failed = any(r.status in ("fail", "error") for r in results)
     sys.exit(1 if failed or (strict and uncovered(results)) else 0)
 

@@ -64,10 +64,12 @@ def print_table(
     results: list[CheckResult],
     diagnosis: dict | None,
     strict: bool = False,
+    hint: str | None = None,
 ) -> None:
     """A per-stage table of counts, then one line per failure and error: expected, seen, likely
     cause, where in the candidate, and which section of the skill's playbook explains the rule;
-    then each stage that no check covered, and why."""
+    then each stage that no check covered, and why; the summary line, and `hint` (what to do
+    first) after it."""
     counts = summary(results)
     if diagnosis:  # first: the one stage to look at before reading anything else
         text = Text("diagnosis: " + diagnosis["summary"].replace("`", ""), style="bold red")
@@ -107,6 +109,8 @@ def print_table(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, "
         f"{counts['skip']} skipped: {verdict(bool(failures), missing, strict)}"
     )
+    if hint:
+        console.print(Text(f"hint: {hint}", style="bold yellow"), soft_wrap=True)
 
 
 def print_failures(console: Console, failures: list[CheckResult], diagnosis: dict | None) -> None:

@@ -1,9 +1,9 @@
 """Expand a task spec into Harbor's layout: environment/ (what the agent sees), tests/, solution/.
 
 reference family: the workspace holds the trainer package with the task's setup patches
-(intended customisations) and bug patches, and a training script: `minigrpo/`, a copy of
-`reference_impl` renamed, or `rlzero/`, an independent trainer (`trainers/rlzero/`) with its own
-structure and conventions, whose experiment modules (toy tasks, tiny model) are reference_impl's.
+(intended customisations) and bug patches, and a training script: `rlzero/`, an independent
+trainer (`trainers/rlzero/`) with its own structure and conventions, whose experiment modules
+(toy tasks, tiny model) are reference_impl's.
 trl family: the workspace holds `trl/`, a copy of the TRL package installed here (never stored
 in the repository) with the task's patches, a training script, a reward file and the tiny model.
 """
@@ -26,7 +26,6 @@ from task_harness.verifier.digest import sha256, tree_digest
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TRAINERS = Path(__file__).resolve().parent / "trainers"
 VERIFIER = Path(__file__).resolve().parent / "verifier"
-PACKAGE = "minigrpo"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 VERIFIER_FILES = (
     "verify.py",
@@ -34,7 +33,6 @@ VERIFIER_FILES = (
     "judge.py",
     "jail.py",
     "plain.py",
-    "ref_probes.py",
     "rlzero_probes.py",
     "trl_probes.py",
     "trl_judge.py",
@@ -53,7 +51,6 @@ DRIVER_MODULES = (
 )
 # Files that define the experiment; the verifier scores 0 if any of them changes.
 PROTECTED = {
-    "minigrpo": ["train.py", f"{PACKAGE}/toy_tasks.py", f"{PACKAGE}/tiny.py"],
     "rlzero": ["train.py", "rlzero/toy_tasks.py", "rlzero/tiny.py"],
     "trl": ["train_grpo.py", "reward_fn.py", "model/config.json", "model/model.safetensors"],
     "mygrpo": ["train_grpo.py", "model/config.json", "model/model.safetensors"],
@@ -73,14 +70,12 @@ EXPERIMENT_MODULES = ("toy_tasks.py", "tiny.py")
 # The short training run the verifier requires for a full score, per (trainer, toy task): the mean
 # reward over the last `window` of the first `steps` steps must reach `threshold`. Measured with
 # the script's fixed seed (the run is deterministic), mean reward over the window, fixed / buggy:
-# minigrpo succ 0.67-0.72 / 0.06 (steps 31-40); rlzero succ 0.65-0.96 / below 0.2 or a crash
-# (steps 31-40), rlzero format 0.95-0.99 / 0.00 (steps 21-30). The thresholds leave a factor of 2
-# either side. The copy task and the TRL family learn too slowly for a short run on 2 cores: no
-# rule, the probes alone decide. A task's `[grpo.learning]` table adds rules for bugs that leave
-# the reward rising in a short run but show elsewhere in the log: `min_loss`, `min_kl` and `max_kl` bound
-# the window's mean loss and KL.
+# rlzero succ 0.65-0.96 / below 0.2 or a crash (steps 31-40), rlzero format 0.95-0.99 / 0.00
+# (steps 21-30). The thresholds leave a factor of 2 either side. The copy task and the TRL family
+# learn too slowly for a short run on 2 cores: no rule, the probes alone decide. A task's
+# `[grpo.learning]` table adds rules for bugs that leave the reward rising in a short run but show
+# elsewhere in the log: `min_loss`, `min_kl` and `max_kl` bound the window's mean loss and KL.
 LEARNING_RULES = {
-    ("minigrpo", "succ"): {"steps": 40, "window": 10, "threshold": 0.3},
     ("rlzero", "succ"): {"steps": 40, "window": 10, "threshold": 0.3},
     ("rlzero", "format"): {"steps": 30, "window": 10, "threshold": 0.5},
 }
@@ -135,13 +130,6 @@ def _apply(root: Path, spec: TaskSpec, kinds: tuple[str, ...]) -> set[str]:
     return touched
 
 
-def _renamed_package(source: Path, target: Path) -> None:
-    """Copy `reference_impl` (as patched) to `target`, importing itself as `minigrpo`."""
-    shutil.copytree(source, target, ignore=IGNORE)
-    for path in target.rglob("*.py"):
-        path.write_text(path.read_text().replace("reference_impl", PACKAGE))
-
-
 def _notes(spec: TaskSpec) -> str:
     """The project notes the agent sees: the intended customisations, in the user's words."""
     lines = [spec.toml["grpo"].get("notes", "").strip()]
@@ -152,24 +140,6 @@ def _notes(spec: TaskSpec) -> str:
         lines += ["", "Intended project-specific behaviour (keep it):", ""]
         lines += [f"- {text}" for text in setups]
     return "\n".join(lines).strip() + "\n"
-
-
-def _build_reference(spec: TaskSpec, scratch: Path, workspace: Path, tests: Path, files: Path):
-    intended = scratch / "intended"
-    buggy = scratch / "buggy"
-    for root in (intended, buggy):
-        shutil.copytree(package_dir("reference_impl"), root / "reference_impl", ignore=IGNORE)
-    _apply(intended, spec, ("setup",))
-    _apply(buggy, spec, ("setup", "bug"))
-    touched = {f for p in spec.patches if p.kind == "bug" for f in p.mutant.files}
-    _renamed_package(buggy / "reference_impl", workspace / PACKAGE)
-    _renamed_package(intended / "reference_impl", tests / "expected" / PACKAGE)
-    for relative in touched:
-        target = files / PACKAGE / Path(relative).relative_to("reference_impl")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tests / "expected" / PACKAGE / target.relative_to(files / PACKAGE), target)
-    script = (TEMPLATES / "train_reference.py.tmpl").read_text()
-    (workspace / "train.py").write_text(script.replace("{train_kwargs}", repr(spec.train)))
 
 
 def _independent_trainer(name: str, root: Path) -> None:
@@ -311,10 +281,8 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     for folder in (workspace, tests, solution / "files"):
         folder.mkdir(parents=True)
     scratch = root / ".scratch"
-    if spec.trainer == "rlzero":
+    if spec.family == "reference":
         _build_independent(spec, scratch, workspace, tests, solution / "files")
-    elif spec.family == "reference":
-        _build_reference(spec, scratch, workspace, tests, solution / "files")
     elif spec.family == "user":
         _build_user(spec, scratch, workspace, tests, solution / "files")
     else:
@@ -334,7 +302,7 @@ def build_task(spec: TaskSpec, out: Path, skill: bool = False) -> Path:
     task = {
         "id": spec.id,
         "family": spec.family,
-        "package": PACKAGE if spec.trainer == "minigrpo" else spec.trainer,
+        "package": spec.trainer,
         "trainer": spec.trainer,
         "bugs": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "bug"],
         "decoys": [b.__dict__ | {"probes": list(b.probes)} for b in spec.bugs if b.kind == "decoy"],

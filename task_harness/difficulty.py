@@ -7,8 +7,12 @@ Two measured inputs, each the share of the task that something other than debugg
   and passes on the fixed one (a check failing on both is a convention of the task, not a
   finding). The share is the found bugs' weight over the weight of all bugs (decoys aside).
   rlzero is checked through `trainers/rlzero_protocol.py` (a thin adapter, with its conventions
-  declared), a TRL fork as the source tree it is, on its own release's dependencies.
-- the scripted baselines: the best reward `upstream-restore` or `reference-copy` scores.
+  declared), a TRL fork as the source tree it is, on its own release's dependencies. A user
+  task's GRPOTrainer subclass is checked on the release the task pins, with the team's
+  conventions declared as a user would: `grpo-check profile --write` on the fixed workspace
+  (the oracle's trainer, whose conventions are the intended ones), and that YAML for both.
+- the scripted baselines: the best reward `upstream-restore`, `reference-copy` or
+  `stock-trainer` scores.
 
     solved = max(checker share, best baseline reward)
     difficulty = "easy" if solved == 1, "medium" if solved >= 1/2, else "hard"
@@ -45,6 +49,11 @@ from pathlib import Path
 from task_harness.spec import TaskSpec
 
 ADAPTER = Path(__file__).resolve().parent / "trainers" / "rlzero_protocol.py"
+# The YAML a user task's conventions are declared in, and the module that builds the team's
+# config (its GRPOConfig subclass with its settings, as the training script does), inside each
+# workspace copy.
+USER_CONVENTIONS = "grpo_conventions.yaml"
+USER_CONFIG = "grpo_team_config.py"
 EASY, MEDIUM = 1.0, 0.5
 QUICK_MINUTES = 10  # a blind agent that fixes every bug faster than this found them by reading
 CHECK_TIMEOUT = 600
@@ -139,14 +148,50 @@ def _target(spec: TaskSpec, workspace: Path) -> tuple[str, dict[str, str]]:
         shutil.copy(ADAPTER, workspace / "grpo_protocol.py")
         shutil.copy(ADAPTER.with_suffix(".yaml"), workspace / "rlzero_protocol.yaml")
         return "rlzero_protocol.yaml", env
-    if spec.family == "reference":  # minigrpo: reference_impl renamed, the protocol's own names
-        return spec.trainer, env
-    if spec.trl_version:  # an older release's fork imports with that release's dependencies
-        from task_harness.releases import dependency_paths
+    if spec.trl_version:  # a fork imports with its release's dependencies; a user task its release
+        from task_harness.releases import dependency_paths, import_paths
 
-        paths = [str(p) for p in dependency_paths(spec.trl_version)]
+        found = import_paths if spec.family == "user" else dependency_paths
+        paths = [str(p) for p in found(spec.trl_version)]
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if spec.family == "user":
+        return USER_CONVENTIONS, env  # `declare_user_conventions` wrote it
     return "trl", env  # grpo-check finds the fork at ./trl
+
+
+def declare_user_conventions(spec: TaskSpec, fixed: Path, buggy: Path) -> None:
+    """Write USER_CONVENTIONS into both workspaces: `grpo-check profile --write` of the user's
+    trainer with the team's config (build.USER_TRAINER: its config class built with its
+    settings, in USER_CONFIG) in the fixed one, whose conventions are the task's intended ones.
+    Its findings stay in the file and fail in both, so they find no bug."""
+    from task_harness.build import USER_TRAINER
+
+    config_module, config_class = USER_TRAINER["config_class"].split(":")
+    values_module, values = USER_TRAINER["config_values"].split(":")
+    # As the training script builds it: on CPU, the team's settings, then the task's run.
+    builder = (
+        f'"""The team\'s config as its training script builds it."""\n\n'
+        f"from {config_module} import {config_class}\nfrom {values_module} import {values}\n\n"
+        f'CONFIG = {config_class}(output_dir="grpo-check-out", use_cpu=True, bf16=False, '
+        f"**{{**{values}, **{spec.train!r}}})\n"
+    )
+    for workspace in (fixed, buggy):
+        (workspace / USER_CONFIG).write_text(builder)
+    _, env = _target(spec, fixed)
+    command = [*_grpo_check(), "profile", USER_TRAINER["class"]]
+    command += ["--config", f"{USER_CONFIG}:CONFIG", "--write", USER_CONVENTIONS]
+    try:
+        done = subprocess.run(
+            command, cwd=fixed, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise DifficultyError(
+            f"{spec.id}: grpo-check profile took over {CHECK_TIMEOUT} s"
+        ) from None
+    if done.returncode not in (0, 1) or not (fixed / USER_CONVENTIONS).is_file():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DifficultyError(f"{spec.id}: grpo-check profile exited {done.returncode}: {last}")
+    shutil.copy(fixed / USER_CONVENTIONS, buggy / USER_CONVENTIONS)
 
 
 def failing_checks(spec: TaskSpec, workspace: Path) -> dict[str, set[str]]:
@@ -180,6 +225,8 @@ def checker_findings(spec: TaskSpec, built: Path) -> tuple[str, ...]:
         shutil.copytree(built / "environment" / "workspace", buggy, symlinks=True)
         shutil.copytree(buggy, fixed, symlinks=True)
         shutil.copytree(built / "solution" / "files", fixed, dirs_exist_ok=True)
+        if spec.family == "user":
+            declare_user_conventions(spec, fixed, buggy)
         seen_buggy = failing_checks(spec, buggy)
         seen_fixed = failing_checks(spec, fixed)
     bugs = [b for b in spec.bugs if b.kind == "bug"]

@@ -11,9 +11,8 @@ does not score. Two such agents run on every task they apply to:
   fork comment (`# ... fork ...`) and names nothing NOTES.md names in backticks goes back to
   upstream's text; the others, the fork's customisations as the agent reads them, stay.
 - `reference-copy` (reference family): puts `reference_impl`'s stage functions in place of the
-  trainer's, as an agent that found grpo-skill's reference would: for `minigrpo` (reference_impl
-  renamed) its modules, with the package name mapped; for an independent trainer its modules
-  under `<package>/_reference/` and, appended to each of the trainer's modules, functions of the
+  trainer's, as an agent that found grpo-skill's reference would: its modules under
+  `<package>/_reference/` and, appended to each of the trainer's modules, functions of the
   trainer's names that call them (`trainers/<trainer>_reference_copy.py`).
 
 - `stock-trainer` (user family): removes every override of the user's GRPOTrainer subclass (its
@@ -76,9 +75,7 @@ def take(shortcut: str, workspace: Path, task: dict) -> list[str]:
     if shortcut == "stock-trainer":
         return strip_overrides(workspace / task["package"], keep)
     if shortcut == "reference-copy":
-        if task.get("trainer", "minigrpo") != "minigrpo":
-            return copy_reference_mapped(workspace, task["trainer"], keep)
-        return copy_reference(workspace, task["package"], keep)
+        return copy_reference_mapped(workspace, task["trainer"], keep)
     raise ValueError(f"unknown shortcut {shortcut!r}; known: {', '.join(SHORTCUTS)}")
 
 
@@ -225,26 +222,6 @@ def restore_upstream_hunks(
         restored = revert_hunks(theirs.read_text(), text, names)
         if restored != text:
             ours.write_text(restored)
-            replaced.append(relative)
-    return replaced
-
-
-def copy_reference(workspace: Path, package: str, keep: frozenset[str] = frozenset()) -> list[str]:
-    """Each module of the trainer's package that `reference_impl` also has, replaced by
-    reference_impl's, imports renamed to the package."""
-    source = package_dir("reference_impl")
-    target = workspace / package
-    if not target.is_dir():
-        raise ShortcutUnavailable(f"the workspace has no package {package}/")
-    replaced = []
-    for module in sorted(source.glob("*.py")):
-        ours = target / module.name
-        relative = str(ours.relative_to(workspace))
-        if relative in keep or not ours.is_file():
-            continue
-        text = module.read_text().replace("reference_impl", package)
-        if ours.read_text() != text:
-            ours.write_text(text)
             replaced.append(relative)
     return replaced
 

@@ -22,12 +22,11 @@ from task_harness.mutants import Mutant, MutantError
 
 TASKS_DIR = default_tasks_dir()
 FAMILIES = ("reference", "trl", "user")
-# The reference family's trainers: `minigrpo` (grpo-skill's reference_impl renamed, the first
-# tasks) and `rlzero` (an independent trainer with its own structure and conventions,
-# task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
+# The reference family's trainer: `rlzero`, an independent trainer with its own structure and
+# conventions (task_harness/trainers/rlzero/), which copying reference_impl cannot stand in for.
 # The user family's workspace is the user's own project (`mygrpo/`, trainers/mygrpo/: a
 # GRPOTrainer subclass, its config, rewards and data) around a pristine, pip-installed TRL.
-TRAINERS = {"reference": ("minigrpo", "rlzero"), "trl": ("trl",), "user": ("mygrpo",)}
+TRAINERS = {"reference": ("rlzero",), "trl": ("trl",), "user": ("mygrpo",)}
 # The conditions a bug may show under (`condition` of a bug), each with what makes it hold in a
 # task's run: its `[grpo.train]` settings, or the training script of its trainer. A bug's
 # condition must hold in its own task, or the bug has no visible effect there.

@@ -37,6 +37,20 @@ def test_a_blind_trial_labels_by_the_reward_and_minutes_without_the_skill():
     assert difficulty.trial_label(difficulty.Trial(0.45, 30)) == "hard"
 
 
+def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path):
+    """The target is the conventions YAML that `declare_user_conventions` writes, and the
+    release the task pins comes first on the child's path."""
+    from task_harness.releases import trl_release_path
+
+    spec = next(s for s in load_tasks() if s.family == "user" and s.trl_version == "1.14.2")
+    target, env = difficulty._target(spec, tmp_path)
+    assert target == difficulty.USER_CONVENTIONS
+    assert env["PYTHONPATH"].split(":")[0] == str(trl_release_path("1.14.2"))
+
+
+# `tasks difficulty` drives the checker on a fork, an rlzero workspace, or a user task's subclass
+# with the team's conventions declared by `profile --write` on its fixed trainer: every task is
+# measured, and the tasks of the two new families also have blind trials.
 SPECS = load_tasks()
 
 
@@ -52,15 +66,13 @@ def test_each_task_of_the_two_new_families_records_a_blind_trial_per_condition(s
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
-def test_every_task_is_labelled_by_its_trials_or_else_its_measurement(spec):
+def test_every_task_records_its_measurement_and_is_labelled_by_its_trials_or_it(spec):
     measured = difficulty.recorded(spec)
-    if measured is not None:
-        bugs = {b.id: b.weight for b in spec.bugs if b.kind == "bug"}
-        assert set(measured.checker_found) <= set(bugs)
-        share = sum(bugs[b] for b in measured.checker_found) / sum(bugs.values())
-        assert measured.checker_share == pytest.approx(share, abs=1e-4)
-    elif not difficulty.recorded_trials(spec):
-        pytest.fail(f"{spec.id}: run `grpo-check tasks difficulty --write {spec.id}`")
+    assert measured is not None, f"{spec.id}: run `grpo-check tasks difficulty --write {spec.id}`"
+    bugs = {b.id: b.weight for b in spec.bugs if b.kind == "bug"}
+    assert set(measured.checker_found) <= set(bugs)
+    share = sum(bugs[b] for b in measured.checker_found) / sum(bugs.values())
+    assert measured.checker_share == pytest.approx(share, abs=1e-4)
     assert spec.toml["metadata"]["difficulty"] == difficulty.stated_label(spec, measured)
 
 

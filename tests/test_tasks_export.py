@@ -14,7 +14,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.export import export_harbor
 from task_harness.spec import load_tasks
@@ -94,7 +93,7 @@ def test_export_writes_harbors_layout_for_every_task(exported):
 
 
 def test_skill_condition_places_the_skill_in_the_agents_folders(tmp_path):
-    (spec,) = load_tasks(MINIGRPO_TASKS, ids=["ref-advantage-epsilon"])
+    (spec,) = load_tasks(ids=["rz-format-stop"])
     (folder,) = export_harbor([spec], tmp_path, skill=True)
     site = folder / "environment" / "grpo-skill" / "site-packages"
     assert (site / "checker").is_dir() and not (site / "task_harness").exists()

@@ -162,7 +162,7 @@ def test_the_child_starts_as_the_training_script_with_the_workspace_after_the_st
     (workspace / "json.py").write_text("raise SystemExit('the workspace json.py was imported')\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    children = verify.Children(workspace, scratch, "reference", "rlzero")
+    children = verify.Children(workspace, scratch, "reference")
     observed, cause = children.observe({"stages": ["masking"], "probes": []})
     assert observed is None
     probe_line, probe_json, probe_pid = eval(cause.split("SEEN ", 1)[1])  # noqa: S307 (our own repr)
@@ -193,7 +193,7 @@ def test_the_training_run_has_the_mount_table_of_the_probes_without_their_suppor
     (workspace / "train.py").write_text("import rlzero\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    children = verify.Children(workspace, scratch, "reference", "rlzero")
+    children = verify.Children(workspace, scratch, "reference")
     observed, cause = children.observe({"stages": ["masking"], "probes": []})
     assert observed is None
     probed = eval(cause.split("SEEN ", 1)[1])  # noqa: S307 (our own repr)

@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.agent_env import GRPO_LIBRARIES
 from task_harness.build import build_task
@@ -36,7 +35,7 @@ TASK_INTERNALS = [
     # Outside /usr: system packages (a cloud SDK's `domains/verify.py`) hold files of that name.
     r"^/(?!usr/).*/verify\.py$",
     r"^/(?!usr/).*_probes\.py$",
-    r"/expected/minigrpo",
+    r"/expected/(rlzero|mygrpo)(/|$)",
     r"^/work(/|$)",
     r"grpo-trial-",
 ]
@@ -72,17 +71,18 @@ def forbidden_paths(paths: list[str], condition: str) -> list[str]:
 def test_the_rules_see_a_leak():
     """Not vacuous: each condition's rules flag what it must not see, and pass what it may."""
     product = ["/opt/venv/lib/python3.11/site-packages/checker/cli.py", "/opt/grpo/SKILL.md"]
-    internals = ["/tmp/x/tests/task.json", "/tmp/grpo/tests/verify.py", "/home/a/ref_probes.py"]
+    internals = ["/tmp/x/tests/task.json", "/tmp/grpo/tests/verify.py", "/home/a/rlzero_probes.py"]
+    internals += ["/tmp/x/tests/expected/rlzero/advantages.py"]
     assert forbidden_paths(product + internals, "no-skill") == product + internals
     assert forbidden_paths(product + internals, "skill") == internals
-    harmless = ["/app/minigrpo/loss.py", "/usr/bin/python3", "/usr/lib/sdk/domains/verify.py"]
+    harmless = ["/app/rlzero/objective.py", "/usr/bin/python3", "/usr/lib/sdk/domains/verify.py"]
     harmless += ["/opt/venv/lib/python3.11/site-packages/typer/.agents/skills/typer/SKILL.md"]
     assert forbidden_paths(harmless, "no-skill") == []
 
 
 @pytest.fixture(scope="module")
 def reference_task(tmp_path_factory) -> Path:
-    (spec,) = load_tasks(MINIGRPO_TASKS, ids=["ref-kl-masking"])
+    (spec,) = load_tasks(ids=["rz-format-stop"])
     return build_task(spec, tmp_path_factory.mktemp("built"))
 
 
@@ -170,7 +170,7 @@ def image_contents(environment: Path, root: Path) -> list[str]:
 
 @pytest.mark.parametrize("condition", ["no-skill", "skill"])
 def test_the_harbor_image_holds_only_its_condition(tmp_path, condition):
-    specs = load_tasks(MINIGRPO_TASKS, ids=["ref-kl-masking"]) + load_tasks(ids=["trl-never-stops"])
+    specs = load_tasks(ids=["rz-format-stop", "trl-never-stops"])
     for folder in export_harbor(specs, tmp_path / "export", skill=condition == "skill"):
         environment = folder / "environment"
         contents = image_contents(environment, tmp_path / "image" / folder.name)

@@ -26,7 +26,8 @@ def test_a_run_that_learns_passes_and_one_that_does_not_fails():
 
 
 def test_a_task_rule_on_the_loss_catches_a_run_whose_reward_still_rises():
-    """ref-kl-masking's KL sign bug: the reward rises, the loss goes negative."""
+    """A KL sign bug (figures of the retired minigrpo task ref-kl-masking): the reward rises,
+    the loss goes negative."""
     rule = RULE | {"min_loss": -0.1}
     assert learning_problems(_steps(40, 0.66, loss=0.18), rule, "") == []
     (problem,) = learning_problems(_steps(40, 0.60, loss=-0.39), rule, "")

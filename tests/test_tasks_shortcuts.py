@@ -7,21 +7,20 @@ import json
 from pathlib import Path
 
 import pytest
-from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.baselines import baseline_problem
 from task_harness.build import build_task, installed_trl
 from task_harness.installed import package_dir
 from task_harness.runner import TrialResult
 from task_harness.shortcuts import ShortcutUnavailable, applies, notes_names, revert_hunks, take
-from task_harness.spec import TASKS_DIR, load_tasks
+from task_harness.spec import load_tasks
+from task_harness.trainers.rlzero_reference_copy import SHIMS
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
 
 def _built(task_id: str, out: Path) -> Path:
-    folder = MINIGRPO_TASKS if task_id.startswith("ref-") else TASKS_DIR
-    (spec,) = load_tasks(folder, ids=[task_id])
+    (spec,) = load_tasks(ids=[task_id])
     return build_task(spec, out)
 
 
@@ -37,16 +36,24 @@ def test_each_shortcut_applies_to_one_family():
 
 
 def test_reference_copy_puts_reference_impl_in_place_and_leaves_protected_files(tmp_path):
-    built = _built("ref-advantage-epsilon", tmp_path)
+    """reference_impl's modules under `rlzero/_reference/` (imports renamed), each of rlzero's
+    stage modules ending with the shim that calls them, the protected files untouched."""
+    built = _built("rz-format-stop", tmp_path)
     workspace = built / "environment" / "workspace"
     task = _task(built)
     protected = {rel: (workspace / rel).read_bytes() for rel in task["protected"]}
+    before = {p: p.read_text() for p in (workspace / "rlzero").glob("*.py")}
     replaced = take("reference-copy", workspace, task)
-    assert "minigrpo/advantages.py" in replaced
+    assert "rlzero/advantages.py" in replaced
+    copied = workspace / "rlzero" / "_reference"
     for module in package_dir("reference_impl").glob("*.py"):
-        ours = workspace / "minigrpo" / module.name
-        if ours.is_file() and str(ours.relative_to(workspace)) not in task["protected"]:
-            assert ours.read_text() == module.read_text().replace("reference_impl", "minigrpo")
+        text = module.read_text().replace("reference_impl", "rlzero._reference")
+        assert (copied / module.name).read_text() == text, module.name
+    for relative, shim in SHIMS.items():
+        path = workspace / relative
+        assert (relative in replaced) == (relative not in task["protected"]), relative
+        if relative in replaced:
+            assert path.read_text() == before[path] + "\n" + shim, relative
     assert {rel: (workspace / rel).read_bytes() for rel in task["protected"]} == protected
 
 
@@ -69,8 +76,8 @@ def test_upstream_restore_gives_back_the_release_the_fork_was_made_from(tmp_path
 def test_a_shortcut_without_its_target_is_a_one_line_cause(tmp_path):
     with pytest.raises(ShortcutUnavailable, match="no TRL fork"):
         take("upstream-restore", tmp_path, {"protected": {}, "fork_version": "1.16.0"})
-    with pytest.raises(ShortcutUnavailable, match="no package minigrpo"):
-        take("reference-copy", tmp_path, {"protected": {}, "package": "minigrpo"})
+    with pytest.raises(ShortcutUnavailable, match="no package rlzero"):
+        take("reference-copy", tmp_path, {"protected": {}, "trainer": "rlzero"})
 
 
 def _trial(reward: float, bugs: dict[str, float], status: str = "ok") -> TrialResult:

@@ -1,5 +1,10 @@
-"""End to end on built tasks: the oracle scores 1, nop 0, and the cheats and shortcuts agents take
-(restoring upstream code, editing protected files or the checker) lose what they should."""
+"""End to end on a built task: the oracle scores 1, nop 0, and the cheats and shortcuts agents take
+(replacing the trainer's convention by the textbook one, editing protected files or the checker)
+lose what they should.
+
+The task is rz-format-stop, the one tests/test_tasks_exploits.py builds: the verifier's cache of
+intended observations ($GRPO_TASK_CACHE) then serves both files.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +12,34 @@ import shutil
 from pathlib import Path
 
 import pytest
-from task_fixtures import MINIGRPO_TASKS
 
 from task_harness.build import build_task
-from task_harness.installed import package_dir
 from task_harness.runner import AGENT_FILES, guarded_digests, run_trial
 from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
+BUGS = ("pad_masks_eos", "scoring_without_temperature", "epsilon_after_division")
+DECOY = "population_std"  # rlzero's population std, guarding epsilon_after_division
+
 
 @pytest.fixture(scope="module")
 def decoy_task(tmp_path_factory) -> Path:
-    (spec,) = load_tasks(MINIGRPO_TASKS, ids=["ref-flat-reward-decoy"])
+    (spec,) = load_tasks(ids=["rz-format-stop"])
+    assert {b.id for b in spec.bugs} == {*BUGS, DECOY}
     return build_task(spec, tmp_path_factory.mktemp("built"))
 
 
 @pytest.fixture(scope="module")
 def agent_files(decoy_task, tmp_path_factory) -> Path:
-    """What the scripted agents bring along (at /opt/agent): the oracle's fixed files and
-    upstream's stage modules."""
+    """What the scripted agents bring along (at /opt/agent): the oracle's fixed files."""
     folder = tmp_path_factory.mktemp("agent-files")
     shutil.copytree(decoy_task / "solution" / "files", folder / "solution")
-    shutil.copytree(package_dir("reference_impl"), folder / "upstream")
     return folder
 
 
 FIX = f"cp -R {AGENT_FILES}/solution/. /app/"
+POPULATION_STD = "std = (centred.pow(2).sum(dim=1, keepdim=True) / count).sqrt()"
 
 
 def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
@@ -41,27 +47,23 @@ def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
     nop = run_trial(decoy_task, "nop")
     assert oracle.reward == 1.0, oracle.detail
     assert nop.reward == 0.0
-    assert nop.bugs == {
-        "anti_cheat": 1.0,
-        "learning": 0.0,
-        "batch_wide_std": 0.0,
-        "decode_blanks_plain": 0.0,
-        "small_epsilon": 0.0,
-    }
+    assert nop.bugs == {"anti_cheat": 1.0, "learning": 0.0} | dict.fromkeys((*BUGS, DECOY), 0.0)
 
 
-def test_restoring_upstream_fixes_the_bugs_but_loses_the_decoy(decoy_task, agent_files):
-    """Copying reference_impl over the package fixes both bugs and silently drops epsilon 1e-6."""
-    agent = (
-        "for f in advantages.py decode.py; do "
-        f"sed 's/reference_impl/minigrpo/g' {AGENT_FILES}/upstream/$f > minigrpo/$f; done"
-    )
+def test_the_textbook_convention_loses_the_decoy_and_its_stage(decoy_task, agent_files):
+    """Every bug fixed, but the group std made the sample std (what copying a textbook or
+    reference implementation gives): the trainer's population std is part of the advantages
+    stage, so that stage's bug and the decoy guarding it both score 0; the other bugs keep their
+    credit."""
+    textbook = POPULATION_STD.replace("/ count)", "/ (count - 1).clamp(min=1))")
+    agent = f"{FIX} && sed -i 's|{POPULATION_STD}|{textbook}|' rlzero/advantages.py"
+    agent += f" && grep -qF '{textbook}' rlzero/advantages.py"
     result = run_trial(decoy_task, agent, agent_files=agent_files)
-    assert result.bugs["batch_wide_std"] == 1.0 and result.bugs["decode_blanks_plain"] == 1.0, (
-        result.detail
-    )
-    assert result.bugs["small_epsilon"] == 0.0
-    assert result.reward == pytest.approx(0.8)
+    assert result.status == "ok", result.detail
+    assert result.bugs["pad_masks_eos"] == result.bugs["scoring_without_temperature"] == 1.0
+    assert result.bugs["epsilon_after_division"] == result.bugs[DECOY] == 0.0, result.detail
+    assert "advantages.pairs: intended" in result.detail  # the decoy's own probe saw it
+    assert result.reward == pytest.approx(0.5)
 
 
 def test_editing_a_protected_file_scores_zero_even_with_the_fix(decoy_task, agent_files):
@@ -86,13 +88,20 @@ def test_the_checker_is_out_of_the_agents_reach_and_a_change_is_caught(decoy_tas
 
 
 def test_a_fix_written_differently_from_the_oracle_passes(decoy_task, agent_files):
-    """The checks test behaviour: an equivalent rewrite of the decode fix gets full credit."""
-    decode = (
-        "def strip_reasoning(text, open_tag='<think>', close_tag='</think>'):\n"
-        "    head, sep, tail = text.partition(close_tag)\n"
-        "    if sep:\n        return tail.strip()\n"
-        "    return '' if open_tag in text else text\n"
+    """The checks test behaviour: the advantage bug fixed in the agent's own way (the buggy
+    `_normalised` left in place and redefined after it, with torch.div for `/`) gets full
+    credit."""
+    normalised = (
+        "\n\ndef _normalised(centred, std, eps):\n"
+        "    denominator = std.add(eps)\n"
+        "    return torch.div(centred, denominator).reshape(-1)\n"
     )
-    (agent_files / "decode.py").write_text(decode)
-    agent = f"{FIX} && cp {AGENT_FILES}/decode.py minigrpo/decode.py"
-    assert run_trial(decoy_task, agent, agent_files=agent_files).reward == 1.0
+    (agent_files / "normalised.py").write_text(normalised)
+    agent = (
+        f"cp rlzero/advantages.py /tmp/advantages.py && {FIX}"
+        " && cp /tmp/advantages.py rlzero/advantages.py"
+        " && grep -qF 'return (centred / std + eps)' rlzero/advantages.py"
+        f" && cat {AGENT_FILES}/normalised.py >> rlzero/advantages.py"
+    )
+    result = run_trial(decoy_task, agent, agent_files=agent_files)
+    assert result.reward == 1.0, result.detail

@@ -7,7 +7,8 @@ sandbox's child does: a logging override passes with 0 failures, with and withou
 config (a dict of GRPOConfig fields whose conventions the checks then compare against); a
 `_compute_loss` override with a wrong normaliser fails in `loss_aggregation` alone, located at the
 override's line; from 1.14.2 an advantage override with population std passes once it declares
-`std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without.
+`std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without;
+on 1.16.0 a clip with one epsilon is told to declare `clipping: symmetric`, and passes once it does.
 Targets that cannot be built are one line and exit 2 through the real command line.
 
 Run as a script (`python tests/test_trainer_subclass.py JOBS_JSON`) it is that child.
@@ -60,15 +61,17 @@ def check_target(target: str, grpo_config: str | None, stages: list[str]) -> dic
         return {"fatal": str(error)}
     results = [run_one(check, candidate, SEED) for check in all_checks(stages)]
     failing = [
-        {"check": r.check, "stage": r.stage, "location": r.location, "message": r.message[:300]}
+        {"check": r.check, "stage": r.stage, "location": r.location, "message": r.message[:600]}
         for r in results
         if r.status in ("fail", "error")
     ]
+    skipped = {r.check: r.message for r in results if r.status == "skip"}
     summary = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
     adapter = sys.modules["checker.adapters.trl_adapter"]
     return {
         "failing": failing,
         "summary": summary,
+        "skipped": skipped,
         "diagnosis": diagnose(results),
         "uncovered": uncovered(results),
         "config": {k: candidate.config[k] for k in ("loss_type", "beta", "std_estimator")},
@@ -120,6 +123,14 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
             jobs[name] = [str(yaml), None, stages]  # the stages its override runs in
         jobs["think_strip"] = ["trainer_subclasses.py:ThinkStripGRPOTrainer", None, ["decode"]]
         jobs["answer_only"] = ["trainer_subclasses.py:AnswerOnlyGRPOTrainer", None, ["decode"]]
+    if version == "1.16.0":  # a symmetric clip, with `epsilon` alone and with its declaration
+        for name, config in (
+            ("symmetric_epsilon", "{epsilon: 0.2}"),
+            ("symmetric_declared", "{epsilon: 0.2, clipping: symmetric}"),
+        ):
+            yaml = tmp_path / f"{name}.yaml"
+            yaml.write_text(f"trainer: {SUBCLASSES}:SymmetricClipGRPOTrainer\nconfig: {config}\n")
+            jobs[name] = [str(yaml), None, ["clipping"]]
     if version == "1.16.0":  # what cannot be built, in the child (the CLI's one line: below)
         for name in ("NotATrainer", "NeedsRewardModel", "Missing"):
             jobs[name] = [f"trainer_subclasses.py:{name}", None, ["advantages"]]
@@ -215,6 +226,26 @@ def test_a_subclass_decode_helper_of_text_is_found_and_checked(version, tmp_path
     assert "decode.plain_answer_is_unchanged" in {r["check"] for r in failing}, failing
     line = _line_of("def answers", "class AnswerOnlyGRPOTrainer")
     assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in failing)
+
+
+@pytest.mark.xdist_group("trainer_subclass_1.16.0")
+def test_a_symmetric_clip_is_told_how_to_declare_itself_and_passes_once_declared(
+    tmp_path_factory,
+):
+    """`epsilon` alone does not declare one epsilon for both sides (TRL's epsilon_high, when
+    set, still applies): the failure says what to declare; with `clipping: symmetric` the band
+    is probed at the declared epsilon and cispo's epsilon_high cap, which such a trainer has
+    not, is skipped."""
+    reports = release_reports("1.16.0", tmp_path_factory)
+    failing = reports["symmetric_epsilon"]["failing"]
+    band = [r for r in failing if r["check"] == "clipping.zero_gradient_outside_band"]
+    assert band and "epsilon_high is ignored" in band[0]["message"], failing
+    assert "declare `clipping: symmetric`" in band[0]["message"]
+    declared = reports["symmetric_declared"]
+    assert declared["failing"] == [], declared["failing"]
+    cispo = declared["skipped"]["clipping.cispo_caps_weight_at_epsilon_high"]
+    assert "clipping: symmetric" in cispo
+    assert declared["summary"]["pass"] >= 4, declared["summary"]
 
 
 # A fork of TRL 1.16 as in the trl-skillsbench-trio task: `_generate` decodes with the fork's

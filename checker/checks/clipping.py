@@ -17,13 +17,18 @@ import math
 
 import torch
 
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import gradient_ratio, loss_and_grad, skip_without_ratio
 from checker.checks.context import Context, assert_close
 from checker.fixtures import random_logps
 
 RATIOS = [0.5, 0.75, 0.9, 1.1, 1.25, 1.4]
 EPS_LOW, EPS_HIGH = 0.2, 0.28
+# A trainer whose clip is one epsilon by design declares it (YAML `config:`); `epsilon` alone
+# does not say so, since TRL's own epsilon_high defaults to epsilon and is still honoured when set.
+DECLARE_SYMMETRIC = (
+    "if one epsilon for both sides is your convention, declare `clipping: symmetric`"
+)
 
 
 def _off_policy(ctx: Context, ratios: list[float], advantages: list[float]):
@@ -98,8 +103,8 @@ def zero_gradient_outside_band(ctx: Context) -> None:
     }
     if eps_high != eps_low:
         causes = {
-            "epsilon_high is ignored: the upper bound is 1 + epsilon_low": pattern(
-                1 + eps_low, 1 - eps_low
+            f"epsilon_high is ignored: the upper bound is 1 + epsilon_low ({DECLARE_SYMMETRIC})": (
+                pattern(1 + eps_low, 1 - eps_low)
             ),
             "the clip bounds use the wrong sides (1 - eps_high, 1 + eps_low)": pattern(
                 1 + eps_low, 1 - eps_high
@@ -186,6 +191,8 @@ def sequence_level_clips_whole_rows(ctx: Context) -> None:
 def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
     """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (the cap is eps_high itself, not 1 + eps_high)."""
     skip_without_ratio(ctx, " to clip")
+    if ctx.config["clipping"] == "symmetric":
+        raise Skip("clipping: symmetric (one epsilon: no epsilon_high to cap cispo's weight with)")
     ratios = [0.5, 1.5, 4.0, 5.5, 8.0]
     logps, old, mask, advantages = _off_policy(ctx, ratios, [1.0, -1.0])
     options = {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}

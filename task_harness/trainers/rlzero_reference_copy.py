@@ -5,7 +5,7 @@ functions at its counterpart, mapping argument names where the two have the same
 (clip_low -> epsilon_low, clip_high -> epsilon_high, kl_coef -> beta, max_new_tokens ->
 max_completion_length, loss_type, importance_level -> importance_sampling_level, the step's
 tokens -> num_items_in_batch) and keeping the reference's behaviour for everything else. `SHIMS` is
-what that agent appends to each module (`shortcuts.copy_reference` copies reference_impl to
+what that agent appends to each module (`shortcuts.copy_reference_mapped` copies reference_impl to
 `rlzero/_reference/` first); rlzero's loop, which has no counterpart, stays.
 """
 

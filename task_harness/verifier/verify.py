@@ -58,7 +58,7 @@ CHILD_TIMEOUT = 600
 STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 # The script the agent runs to train, per family (its name is what the children's sys.argv shows).
 # A short training run is required where task.json has "learning" (see build.py): rlzero's
-# and minigrpo's toy-task runs, and each trl task's first logged dicts (symptom_problems).
+# toy-task runs, and each trl task's first logged dicts (symptom_problems).
 TRAIN_SCRIPT = {"reference": "train.py", "trl": "train_grpo.py", "user": "train_grpo.py"}
 LEARNING_TIMEOUT = 300
 # The script a child runs in place of the training script: the support folder and the workspace
@@ -163,10 +163,9 @@ class Children:
 
     Each child gets a fresh copy of the workspace as it was when the agent finished."""
 
-    def __init__(self, workspace: Path, scratch: Path, family: str, trainer: str = ""):
+    def __init__(self, workspace: Path, scratch: Path, family: str):
         self.scratch = scratch
         self.family = family
-        self.trainer = trainer
         self.pristine = scratch / "pristine"
         shutil.copytree(workspace, self.pristine, symlinks=True)
         self.harbor_app = workspace  # without a view, children run in the workspace itself
@@ -187,19 +186,14 @@ class Children:
         """The observing code and what it imports, under neutral names, in a folder of its own:
         no judge and no expected value. The trl probes get the tiny model's builder and the TRL
         driver (`reference_impl/trl_driver.py`, what grpo-check's trl kind drives GRPOTrainer
-        with); the minigrpo probes (a test fixture family, whose upstream is reference_impl
-        itself) get reference_impl, to run an update step with its stage functions."""
+        with)."""
         self.lib.mkdir()
         if self.family == "user":
             return self._stage_user_support()
-        probes = {"minigrpo": "ref_probes.py", "rlzero": "rlzero_probes.py"}.get(
-            self.trainer, "ref_probes.py" if self.family == "reference" else "trl_probes.py"
-        )
+        probes = "rlzero_probes.py" if self.family == "reference" else "trl_probes.py"
         shutil.copy(TESTS_DIR / probes, self.lib / "session.py")
         shutil.copy(TESTS_DIR / "plain.py", self.lib / "plain.py")
-        if probes == "ref_probes.py":
-            shutil.copytree(TESTS_DIR / "reference_impl", self.lib / "reference_impl")
-        elif probes == "trl_probes.py":
+        if probes == "trl_probes.py":
             (self.lib / "reference_impl").mkdir()
             (self.lib / "reference_impl" / "__init__.py").write_text(
                 '"""The tiny model and the TRL driver."""\n'
@@ -569,28 +563,6 @@ def _as_plain(observations: dict) -> dict:
     return {name: plain.decode(plain.encode(value)) for name, value in observations.items()}
 
 
-def check_reference(task: dict, children: Children) -> dict[str, list[str]]:
-    """Every probe of a stage must give the intended or the upstream result."""
-    import ref_probes
-    from judge import describe, same
-
-    checks = sorted({bug["stage"] for bug in task["bugs"]})
-    seen, cause = children.observe({"package": task["package"], "stages": checks})
-    if seen is None:
-        return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
-    sys.path.insert(0, str(TESTS_DIR / "expected"))
-    intended = ref_probes.observe(ref_probes.load_namespace(task["package"]), checks)
-    upstream = ref_probes.observe(ref_probes.load_namespace("reference_impl"), checks)
-    problems: dict[str, list[str]] = {stage: [] for stage in checks}
-    intended, upstream = _as_plain(intended), _as_plain(upstream)
-    for name, expected in intended.items():
-        got = seen.get(name, {"error": "not observed"})
-        if not (same(got, expected) or same(got, upstream[name])):
-            stage = ref_probes.PROBES[name][0]
-            problems[stage].append(f"{name}: expected {describe(expected)}, got {describe(got)}")
-    return problems | _decoy_problems(task, seen, intended)
-
-
 def _decoy_problems(task: dict, seen: dict, intended: dict) -> dict[str, list[str]]:
     """Each decoy's probes must give the intended result exactly (no upstream alternative)."""
     from judge import describe, same
@@ -753,12 +725,11 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
         return result | {"anti_cheat": 0.0, "learning": 0.0, "reward": 0.0}, log
     with tempfile.TemporaryDirectory() as scratch:
         trainer = task.get("trainer", "")
-        children = Children(workspace, Path(scratch), task["family"], trainer)
+        children = Children(workspace, Path(scratch), task["family"])
         checker = {
             "rlzero": check_independent,
-            "minigrpo": check_reference,
             "mygrpo": check_user,
-        }.get(trainer, check_reference if task["family"] == "reference" else check_trl)
+        }.get(trainer, check_trl)
         problems = checker(task, children)
         result, total = _weigh(task, problems, False, log)
         learning: list[str] = ["not run: a bug is not fixed"]

@@ -114,3 +114,12 @@ class AnswerOnlyGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         completions = self.answers(completions)
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+
+class SymmetricClipGRPOTrainer(GRPOTrainer):
+    """Correct by the team's convention (`clipping: symmetric`): one epsilon both sides of the
+    clip, whatever epsilon_high says."""
+
+    def _compute_loss(self, model, inputs):
+        self.epsilon_high = self.epsilon_low
+        return super()._compute_loss(model, inputs)

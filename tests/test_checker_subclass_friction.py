@@ -1,0 +1,120 @@
+"""Friction agents reported with `grpo-check FILE.py:CLASS` (issue 20): a user config with a field
+the installed TRL release lacks is one line naming the field and the release; a cause text that
+would hold for a symmetric clip says how to declare one; a target that fails many checks across
+stages is pointed at `grpo-check profile --write` first.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import trl
+from click.testing import CliRunner
+
+from checker import check_cli
+from checker.candidate import CandidateSpec, TargetError, load_candidate, resolve_target
+from checker.check_cli import profile_hint
+from checker.checks import CheckResult
+
+# TRL removed `max_prompt_length` from GRPOConfig in 0.28.0; a config written for an older
+# release still sets it.
+TEAM = """
+from trl import GRPOConfig, GRPOTrainer
+
+
+class TeamTrainer(GRPOTrainer):
+    \"\"\"Nothing overridden.\"\"\"
+
+
+CONFIG = GRPOConfig(output_dir="out", max_prompt_length=64, beta=0.0)
+"""
+
+
+def _refusal(target: str, grpo_config: str | None = None) -> str:
+    with pytest.raises(TargetError) as refused:
+        load_candidate(resolve_target(target, "auto", grpo_config))
+    return str(refused.value)
+
+
+def test_a_config_field_the_release_lacks_is_named_with_the_release(tmp_path, monkeypatch):
+    """Built in the user's file: TRL's own TypeError at import, reported as the field, the
+    release and the line that sets it, not as a failed import of the trainer."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.py").write_text(textwrap.dedent(TEAM))
+    message = _refusal("team.py:TeamTrainer", "team.py:CONFIG")
+    assert "\n" not in message
+    assert f"TRL {trl.__version__}'s GRPOConfig has no field 'max_prompt_length'" in message
+    assert "team.py:9:" in message and "import failed" not in message
+
+
+def test_a_config_mapping_with_such_a_field_names_the_release_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.py").write_text(textwrap.dedent(TEAM).split("CONFIG =")[0])
+    (tmp_path / "team.yaml").write_text(
+        "trainer: team.py:TeamTrainer\ngrpo_config:\n  beta: 0.0\n  max_prompt_length: 64\n"
+    )
+    message = _refusal("team.yaml")
+    assert f"TRL {trl.__version__}'s GRPOConfig has no field 'max_prompt_length'" in message
+
+
+def test_any_other_type_error_at_import_is_still_an_import_failure(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("def f(a):\n    pass\n\n\nf(b=1)\n")
+    message = _refusal("broken.py")
+    assert "import failed: TypeError" in message and "GRPOConfig" not in message
+
+
+# --- many failures across stages: declare the team's conventions first -----------------------
+
+
+def _failing(per_stage: dict[str, int]) -> list[CheckResult]:
+    return [
+        CheckResult(f"{stage}.check_{k}", stage, "fail", "expected 1, saw 2")
+        for stage, count in per_stage.items()
+        for k in range(count)
+    ] + [CheckResult("ratio.passes", "ratio", "pass")]
+
+
+def _subclass_spec(target: str = "team.py:TeamTrainer") -> CandidateSpec:
+    return CandidateSpec(target, "trl", trainer=f"/abs/{target}")
+
+
+def test_a_subclass_failing_many_checks_across_stages_is_pointed_at_profile():
+    hint = profile_hint(
+        _subclass_spec(), "team.py:CONFIG", _failing({"advantages": 2, "kl": 2, "clipping": 1})
+    )
+    assert hint is not None and hint.startswith("5 checks fail across 3 stages")
+    assert hint.endswith(
+        "grpo-check profile team.py:TeamTrainer --config team.py:CONFIG --write team.yaml"
+        " && grpo-check team.yaml"
+    )
+    dotted = profile_hint(
+        _subclass_spec("mygrpo.trainer:Team"), None, _failing({"a": 3, "b": 1, "c": 1})
+    )
+    assert dotted is not None and "--write trainer.yaml" in dotted
+
+
+def test_no_hint_below_the_threshold_or_where_conventions_are_declared():
+    few_stages = _failing({"advantages": 4, "kl": 4})
+    few_checks = _failing({"advantages": 2, "kl": 1, "clipping": 1})
+    many = _failing({"advantages": 2, "kl": 2, "clipping": 2})
+    assert profile_hint(_subclass_spec(), None, few_stages) is None
+    assert profile_hint(_subclass_spec(), None, few_checks) is None
+    yaml = CandidateSpec("team.yaml", "trl", trainer="/abs/team.py:TeamTrainer")
+    assert profile_hint(yaml, None, many) is None  # its YAML is where conventions go
+    assert profile_hint(CandidateSpec("trl", "trl"), None, many) is None  # TRL itself
+    assert profile_hint(CandidateSpec("loop.py", "functions"), None, many) is None
+
+
+def test_the_summary_prints_the_hint_after_the_verdict(monkeypatch, tmp_path):
+    results = _failing({"advantages": 2, "kl": 2, "clipping": 1})
+    monkeypatch.setattr(
+        check_cli, "run_check", lambda *args, **kwargs: (_subclass_spec(), results, None)
+    )
+    done = CliRunner().invoke(check_cli.check, ["team.py:TeamTrainer"])
+    assert done.exit_code == 1
+    lines = done.output.strip().splitlines()
+    assert lines[-2].endswith("FAILED")
+    assert lines[-1].startswith("hint: 5 checks fail across 3 stages")
+    assert "grpo-check profile team.py:TeamTrainer --write team.yaml" in lines[-1]
