@@ -131,6 +131,8 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
             yaml = tmp_path / f"{name}.yaml"
             yaml.write_text(f"trainer: {SUBCLASSES}:SymmetricClipGRPOTrainer\nconfig: {config}\n")
             jobs[name] = [str(yaml), None, ["clipping"]]
+    if version == "1.16.0":  # a correct loss whose KL term has a name of its own
+        jobs["renamed_kl"] = ["trainer_subclasses.py:RenamedKLGRPOTrainer", None, ["kl"]]
     if version == "1.16.0":  # what cannot be built, in the child (the CLI's one line: below)
         for name in ("NotATrainer", "NeedsRewardModel", "Missing"):
             jobs[name] = [f"trainer_subclasses.py:{name}", None, ["advantages"]]
@@ -336,3 +338,14 @@ def test_trainer_targets_resolve_without_importing_the_candidate(tmp_path, monke
     ]:
         with pytest.raises(TargetError, match=words):
             resolve_target(target, grpo_config=config)
+
+
+def test_a_kl_term_of_another_name_is_skipped_with_its_cause_not_failed(tmp_path_factory):
+    """grpo-check reads TRL's per-token KL from `_compute_loss`'s local `per_token_kl`; a correct
+    subclass that names it otherwise gets the per_token_kl checks skipped with that cause (profile
+    once reported it as a finding), never a failure."""
+    report = release_reports("1.16.0", tmp_path_factory)["renamed_kl"]
+    assert report["failing"] == [], report["failing"]
+    assert report["summary"]["fail"] == report["summary"]["error"] == 0, report["summary"]
+    named = [c for c, m in report["skipped"].items() if "names its KL term otherwise" in m]
+    assert "kl.per_token_kl_matches_reference" in named, report["skipped"]

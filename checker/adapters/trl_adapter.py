@@ -653,8 +653,11 @@ def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tenso
         use_bias_correction_kl=False,  # the bare k3 term; the ratio factor is compute_loss's business
         read=("per_token_kl",),
     )
-    if "per_token_kl" not in seen:
-        raise RuntimeError("could not read `per_token_kl` in GRPOTrainer._compute_loss")
+    if "per_token_kl" not in seen:  # a subclass's own loss, its KL term under another name
+        raise NotImplementedError(
+            f"{GRPOTrainer.__name__}._compute_loss names its KL term otherwise: grpo-check reads "
+            "TRL's local `per_token_kl` there"
+        )
     return seen["per_token_kl"].reshape(shape)
 
 

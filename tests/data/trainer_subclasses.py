@@ -4,6 +4,10 @@ Written against the public shape of GRPOTrainer in TRL 0.17 to 1.16; each docstr
 the class is correct and, if not, where its bug is.
 """
 
+import inspect
+import sys
+import textwrap
+
 import torch
 from trl import GRPOTrainer
 
@@ -123,3 +127,20 @@ class SymmetricClipGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self.epsilon_high = self.epsilon_low
         return super()._compute_loss(model, inputs)
+
+
+def _renamed(method, old: str, new: str):
+    """`method` recompiled from its own source with the local `old` named `new` (TRL's globals)."""
+    source = textwrap.dedent(inspect.getsource(method)).replace(old, new)
+    namespace: dict = {}
+    exec(compile(source, __file__, "exec"), vars(sys.modules[method.__module__]), namespace)
+    return namespace[method.__name__]
+
+
+if hasattr(GRPOTrainer, "_compute_loss"):  # TRL 1.x (0.17's loss is `compute_loss`)
+
+    class RenamedKLGRPOTrainer(GRPOTrainer):
+        """Correct: TRL's own `_compute_loss`, its KL term held in a local named `kl_term`, as a
+        team that rewrote the loss in its own words would name it; nothing reads TRL's name."""
+
+        _compute_loss = _renamed(GRPOTrainer._compute_loss, "per_token_kl", "kl_term")
