@@ -32,9 +32,11 @@ TASK_INTERNALS = [
     r"patches\.yaml$",
     r"/task\.json$",
     r"/solve\.sh$",
-    # Outside /usr: system packages (a cloud SDK's `domains/verify.py`) hold files of that name.
-    r"^/(?!usr/).*/verify\.py$",
-    r"^/(?!usr/).*_probes\.py$",
+    # Outside /usr and site-packages: system and third-party packages (a cloud SDK's
+    # `domains/verify.py`, HF kernels' `_internals/verify.py`) hold files of that name; the
+    # harness's own copy in site-packages is matched by `/task_harness/` above.
+    r"^/(?!usr/)(?!.*/site-packages/).*/verify\.py$",
+    r"^/(?!usr/)(?!.*/site-packages/).*_probes\.py$",
     r"/expected/(rlzero|mygrpo)(/|$)",
     r"^/work(/|$)",
     r"grpo-trial-",
@@ -73,10 +75,12 @@ def test_the_rules_see_a_leak():
     product = ["/opt/venv/lib/python3.11/site-packages/checker/cli.py", "/opt/grpo/SKILL.md"]
     internals = ["/tmp/x/tests/task.json", "/tmp/grpo/tests/verify.py", "/home/a/rlzero_probes.py"]
     internals += ["/tmp/x/tests/expected/rlzero/advantages.py"]
+    internals += ["/opt/venv/lib/python3.11/site-packages/task_harness/verifier/verify.py"]
     assert forbidden_paths(product + internals, "no-skill") == product + internals
     assert forbidden_paths(product + internals, "skill") == internals
     harmless = ["/app/rlzero/objective.py", "/usr/bin/python3", "/usr/lib/sdk/domains/verify.py"]
     harmless += ["/opt/venv/lib/python3.11/site-packages/typer/.agents/skills/typer/SKILL.md"]
+    harmless += ["/opt/venv/lib/python3.11/site-packages/kernels/_internals/verify.py"]
     assert forbidden_paths(harmless, "no-skill") == []
 
 
