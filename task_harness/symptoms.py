@@ -301,9 +301,11 @@ def measure_task(spec, lines: int | None = None) -> dict[str, Run]:
             "fixed": train(fixed, lines, script, env, python),
             "all bugs": train(workspace, lines, script, env, python),
         }
-        for patch in spec.patches:
-            if patch.kind != "bug":
-                continue
+        bugs = [patch for patch in spec.patches if patch.kind == "bug"]
+        if len(bugs) == 1:  # the bug alone is the workspace as built: its run is "all bugs"
+            runs[bugs[0].id] = runs["all bugs"]
+            return runs
+        for patch in bugs:
             alone = Path(scratch) / f"alone-{patch.id}"
             shutil.copytree(fixed, alone, symlinks=True)
             patch.mutant.apply(alone / "trl" if trl else alone)

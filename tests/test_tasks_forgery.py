@@ -29,7 +29,7 @@ from task_harness.spec import load_tasks
 from task_harness.verifier import jail, verify
 
 pytestmark = [
-    pytest.mark.xdist_group("tasks-exploits"),
+    pytest.mark.xdist_group("tasks-forgery"),
     pytest.mark.skipif(
         not jail.available(), reason="the runner's isolation needs root and unshare"
     ),

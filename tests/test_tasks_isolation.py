@@ -23,7 +23,7 @@ from task_harness.runner import run_trial
 from task_harness.spec import load_tasks
 from task_harness.verifier import jail
 
-pytestmark = pytest.mark.xdist_group("tasks-exploits")
+pytestmark = pytest.mark.xdist_group("tasks-isolation")
 
 # Task internals: never visible to the agent, whatever the condition.
 TASK_INTERNALS = [
