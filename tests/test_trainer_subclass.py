@@ -380,3 +380,17 @@ def test_the_teams_own_loss_has_its_kl_checked_by_value(version, tmp_path_factor
     skipped = reports["UnmaskedMean"]["skipped"]
     for name in PER_TOKEN_KL_CHECKS:
         assert "has a gradient on tokens its mask leaves out" in skipped.get(name, ""), skipped
+
+
+def test_profile_measures_no_kl_estimator_where_the_loss_cannot_be_separated():
+    """Where a subclass's own loss cannot be measured by value (UnmaskedMeanGRPOTrainer), the
+    per_token_kl checks skip; profile then measures no estimator and reports no finding, since a
+    finding would be written to the YAML and fail the check as a bug."""
+    from checker.profile import Profile, probe_kl
+
+    def per_token_kl(per_token_logps, ref_per_token_logps):
+        raise NotImplementedError("own-loss KL by value: one token's loss is not finite")
+
+    profile = Profile()
+    probe_kl(types.SimpleNamespace(functions={"per_token_kl": per_token_kl}), profile)
+    assert profile.findings == [] and "kl_estimator" not in profile.conventions, profile

@@ -149,8 +149,9 @@ if hasattr(GRPOTrainer, "_compute_loss"):  # TRL 1.x (0.17's loss is `compute_lo
 class TokenMeanGRPOTrainer(GRPOTrainer):
     """Correct: the team's own `_compute_loss` in its own words (TRL 1.x): the clipped surrogate plus
     beta times k3 of KL(pi || pi_ref) (by the ratio under `use_bias_correction_kl`), averaged over
-    every completion token of the micro-batch, DAPO-style; its KL term is `kl`, and it calls no
-    upstream loss code."""
+    every completion token of the micro-batch and divided by the accumulation steps as TRL does
+    from 0.23 (TRL's bnpo, whatever `loss_type` says); its KL term is `kl`, and it calls no upstream
+    loss code."""
 
     def _compute_loss(self, model, inputs):
         completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -171,7 +172,8 @@ class TokenMeanGRPOTrainer(GRPOTrainer):
             if self.args.use_bias_correction_kl:
                 kl = kl * ratio
             token_loss = token_loss + self.beta * kl
-        return (token_loss * mask).sum() / mask.sum().clamp(min=1)
+        accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
+        return (token_loss * mask).sum() / mask.sum().clamp(min=1) / accumulation
 
 
 class ReversedKLGRPOTrainer(GRPOTrainer):
@@ -197,7 +199,8 @@ class ReversedKLGRPOTrainer(GRPOTrainer):
             if self.args.use_bias_correction_kl:
                 kl = kl * ratio
             token_loss = token_loss + self.beta * kl
-        return (token_loss * mask).sum() / mask.sum().clamp(min=1)
+        accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
+        return (token_loss * mask).sum() / mask.sum().clamp(min=1) / accumulation
 
 
 class UnmaskedMeanGRPOTrainer(TokenMeanGRPOTrainer):
