@@ -9,6 +9,9 @@ config (a dict of GRPOConfig fields whose conventions the checks then compare ag
 override's line; from 1.14.2 an advantage override with population std passes once it declares
 `std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without;
 on 1.16.0 a clip with one epsilon is told to declare `clipping: symmetric`, and passes once it does.
+A `_compute_loss` whose KL term is not TRL's local `per_token_kl` (a renamed copy of TRL's, and from
+1.14.2 the team's own token-mean loss) has its per-token KL measured by value and passes; the same
+loss with k3 reversed fails at its `def`; one that averages over padding skips with that cause.
 Targets that cannot be built are one line and exit 2 through the real command line.
 
 Run as a script (`python tests/test_trainer_subclass.py JOBS_JSON`) it is that child.
