@@ -9,6 +9,9 @@ config (a dict of GRPOConfig fields whose conventions the checks then compare ag
 override's line; from 1.14.2 an advantage override with population std passes once it declares
 `std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without;
 on 1.16.0 a clip with one epsilon is told to declare `clipping: symmetric`, and passes once it does.
+A `_compute_loss` whose KL term is not TRL's local `per_token_kl` (a renamed copy of TRL's, and from
+1.14.2 the team's own token-mean loss) has its per-token KL measured by value and passes; the same
+loss with k3 reversed fails at its `def`; one that averages over padding skips with that cause.
 Targets that cannot be built are one line and exit 2 through the real command line.
 
 Run as a script (`python tests/test_trainer_subclass.py JOBS_JSON`) it is that child.
@@ -66,12 +69,14 @@ def check_target(target: str, grpo_config: str | None, stages: list[str]) -> dic
         if r.status in ("fail", "error")
     ]
     skipped = {r.check: r.message for r in results if r.status == "skip"}
+    passed = [r.check for r in results if r.status == "pass"]
     summary = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error", "skip")}
     adapter = sys.modules["checker.adapters.trl_adapter"]
     return {
         "failing": failing,
         "summary": summary,
         "skipped": skipped,
+        "passed": passed,
         "diagnosis": diagnose(results),
         "uncovered": uncovered(results),
         "config": {k: candidate.config[k] for k in ("loss_type", "beta", "std_estimator")},
@@ -133,6 +138,9 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
             jobs[name] = [str(yaml), None, ["clipping"]]
     if version == "1.16.0":  # a correct loss whose KL term has a name of its own
         jobs["renamed_kl"] = ["trainer_subclasses.py:RenamedKLGRPOTrainer", None, ["kl"]]
+    if version != "0.17.0":  # the team's own `_compute_loss` (TRL 1.x), correct and buggy
+        for name in ("TokenMean", "ReversedKL", "UnmaskedMean"):
+            jobs[name] = [f"trainer_subclasses.py:{name}GRPOTrainer", None, ["kl"]]
     if version == "1.16.0":  # what cannot be built, in the child (the CLI's one line: below)
         for name in ("NotATrainer", "NeedsRewardModel", "Missing"):
             jobs[name] = [f"trainer_subclasses.py:{name}", None, ["advantages"]]
@@ -340,12 +348,52 @@ def test_trainer_targets_resolve_without_importing_the_candidate(tmp_path, monke
             resolve_target(target, grpo_config=config)
 
 
-def test_a_kl_term_of_another_name_is_skipped_with_its_cause_not_failed(tmp_path_factory):
-    """grpo-check reads TRL's per-token KL from `_compute_loss`'s local `per_token_kl`; a correct
-    subclass that names it otherwise gets the per_token_kl checks skipped with that cause (profile
-    once reported it as a finding), never a failure."""
+PER_TOKEN_KL_CHECKS = {"kl.per_token_kl_matches_reference", "kl.per_token_kl_zero_at_reference"}
+
+
+@pytest.mark.xdist_group("trainer_subclass_1.16.0")
+def test_a_kl_term_of_another_name_is_measured_by_value_and_passes(tmp_path_factory):
+    """A correct subclass whose `_compute_loss` names TRL's `per_token_kl` otherwise has its
+    per-token KL measured from the loss it returns: every KL check runs and passes."""
     report = release_reports("1.16.0", tmp_path_factory)["renamed_kl"]
     assert report["failing"] == [], report["failing"]
     assert report["summary"]["fail"] == report["summary"]["error"] == 0, report["summary"]
-    named = [c for c, m in report["skipped"].items() if "names its KL term otherwise" in m]
-    assert "kl.per_token_kl_matches_reference" in named, report["skipped"]
+    assert set(report["passed"]) >= PER_TOKEN_KL_CHECKS, report["skipped"]
+
+
+@pytest.mark.parametrize(
+    "version",
+    [pytest.param(v, marks=pytest.mark.xdist_group(f"trainer_subclass_{v}")) for v in RELEASES[1:]],
+)
+def test_the_teams_own_loss_has_its_kl_checked_by_value(version, tmp_path_factory):
+    """A `_compute_loss` of the team's own (token-mean aggregation, KL named `kl`) passes every
+    KL check; the same loss with k3 reversed fails the per-token check as a swapped direction,
+    located at its `def`; one that averages over padding cannot be separated token by token, so
+    the per-token checks skip and say why."""
+    reports = release_reports(version, tmp_path_factory)
+    correct = reports["TokenMean"]
+    assert correct["failing"] == [], correct["failing"]
+    assert set(correct["passed"]) >= PER_TOKEN_KL_CHECKS, correct["skipped"]
+    failing = reports["ReversedKL"]["failing"]
+    by_check = {r["check"]: r for r in failing}
+    assert "kl.per_token_kl_matches_reference" in by_check, failing
+    assert "the KL direction is swapped" in by_check["kl.per_token_kl_matches_reference"]["message"]
+    line = _line_of("def _compute_loss", "class ReversedKLGRPOTrainer")
+    assert all(r["location"].endswith(f"trainer_subclasses.py:{line}") for r in failing), failing
+    skipped = reports["UnmaskedMean"]["skipped"]
+    for name in PER_TOKEN_KL_CHECKS:
+        assert "has a gradient on tokens its mask leaves out" in skipped.get(name, ""), skipped
+
+
+def test_profile_measures_no_kl_estimator_where_the_loss_cannot_be_separated():
+    """Where a subclass's own loss cannot be measured by value (UnmaskedMeanGRPOTrainer), the
+    per_token_kl checks skip; profile then measures no estimator and reports no finding, since a
+    finding would be written to the YAML and fail the check as a bug."""
+    from checker.profile import Profile, probe_kl
+
+    def per_token_kl(per_token_logps, ref_per_token_logps):
+        raise NotImplementedError("own-loss KL by value: one token's loss is not finite")
+
+    profile = Profile()
+    probe_kl(types.SimpleNamespace(functions={"per_token_kl": per_token_kl}), profile)
+    assert profile.findings == [] and "kl_estimator" not in profile.conventions, profile

@@ -198,6 +198,18 @@ def test_per_token_kl_matches_reference(loss_inputs):
     assert_close(gradient, 1 - torch.exp(loss_inputs["ref"] - loss_inputs["logps"]), GRAD_ATOL)
 
 
+def test_kl_measured_by_value_is_trls_own_term(loss_inputs):
+    """The by-value measurement a subclass's own loss gets (one counted token at a time, the loss
+    at beta = 1 minus beta = 0 over the token's policy weight) recovers, on TRL's own loss, the
+    k3 values and gradient that TRL's `per_token_kl` local holds."""
+    logps = loss_inputs["logps"][:3, :4].clone().requires_grad_()
+    ref = loss_inputs["ref"][:3, :4]
+    ours = adapter._kl_by_value(logps, ref)
+    assert_close(ours, reference.per_token_kl(logps, ref), LOSS_ATOL)
+    (gradient,) = torch.autograd.grad(ours.sum(), logps)
+    assert_close(gradient, 1 - torch.exp(ref - logps.detach()), GRAD_ATOL)
+
+
 # ---------------------------------------------------------------------------------------------
 # generation and reference_model
 

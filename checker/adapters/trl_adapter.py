@@ -15,7 +15,7 @@ that method's inputs supplied by the adapter (line numbers: TRL 1.16.0 `grpo_tra
 | `get_per_token_logps` | the scoring method (`_get_per_token_logps[_and_entropies]`, gt:L1419); from 1.15 with `add_fused_lm_head` as `__init__` patches the policy | the model |
 | `completion_logps`, `selective_log_softmax` | the same method on a stand-in model whose logits (hidden states, LM head the identity, from 1.15) are the given logits | logits |
 | `compute_loss` | `_compute_loss` (gt:L3020) | the scoring method returns the given log-probs (graph kept); protocol kwargs set on the trainer and its args |
-| `per_token_kl` | `_compute_loss` with beta = 1, A = 0, no bias correction; TRL's `per_token_kl` read from the frame | log-probs, reference log-probs |
+| `per_token_kl` | `_compute_loss` with beta = 1, A = 0, no bias correction; TRL's `per_token_kl` read from the frame, or, for a subclass's own loss without that local, measured by value one token at a time (`_kl_by_value`) | log-probs, reference log-probs |
 | `strip_reasoning` | a fork's or subclass's own decode helper (of ids and tokenizer, or of text), where the trainer decodes or scores (`trl_shims.decode_helper`) | a tokenizer whose decode returns the given text, or the text |
 | `generate_completions` | `_generate_and_score_completions`'s generation with the trainer's GenerationConfig | the model, prompts repeated G times as TRL's sampler does |
 | `make_reference_model` | `GRPOTrainer.__init__` with beta != 0 (reloads from `config._name_or_path`, gt:L984-1003) | the policy, saved to a folder first |
@@ -637,7 +637,11 @@ def _window(
 
 @_located(GRPOTrainer._compute_loss, "per_token_kl = (")
 def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor) -> torch.Tensor:
-    """TRL's per-token KL term, read from `_compute_loss` run with beta = 1 and A = 0."""
+    """TRL's per-token KL term, read from `_compute_loss` run with beta = 1 and A = 0.
+
+    A subclass whose `_compute_loss` holds no local `per_token_kl` (its own loss, the KL under its
+    own name) has its KL term measured by value instead (`_kl_by_value`).
+    """
     shape = per_token_logps.shape
     logps = (
         per_token_logps.reshape(-1, shape[-1]) if per_token_logps.dim() != 2 else per_token_logps
@@ -653,12 +657,76 @@ def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tenso
         use_bias_correction_kl=False,  # the bare k3 term; the ratio factor is compute_loss's business
         read=("per_token_kl",),
     )
-    if "per_token_kl" not in seen:  # a subclass's own loss, its KL term under another name
-        raise NotImplementedError(
-            f"{GRPOTrainer.__name__}._compute_loss names its KL term otherwise: grpo-check reads "
-            "TRL's local `per_token_kl` there"
-        )
-    return seen["per_token_kl"].reshape(shape)
+    if "per_token_kl" in seen:
+        return seen["per_token_kl"].reshape(shape)
+    return _kl_by_value(logps, ref).reshape(shape)
+
+
+def _kl_by_value(logps: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Each token's KL term, measured from what `_compute_loss` returns for that token alone.
+
+    Rule: token (i, j) is driven as a one-row micro-batch (row i) whose mask counts token j only,
+    on policy (old = current log-probs, so the ratio is 1) with A = 0, so that the policy term is
+    0 in value and gradient. Its KL term is then
+
+        kl_ij = (L(beta = 1) - L(beta = 0)) / |dL(A = -1, beta = 0) / dlogp_ij|
+
+    The difference removes every term that does not scale with beta (an entropy bonus, an
+    auxiliary loss); the divisor is the weight the loss's aggregation gives that one token: the
+    policy term's gradient at A = -1 and ratio 1 is that weight for the clipped surrogate, the
+    REINFORCE form and cispo alike, so whatever the subclass's normaliser (per row, per token,
+    B * L, the generation batch's tokens, gradient accumulation) it cancels. This is exact (fp32
+    rounding only) when the KL enters the loss per token as weight * beta * kl, the form of every
+    TRL loss type; kl keeps its gradient with respect to `logps`. How the KL is aggregated over a
+    batch is the `loss_adds_beta_times_k3` check's business, on a full batch.
+
+    NotImplementedError (the per_token_kl checks skip with its text) where the loss cannot be
+    separated so: a one-token loss that is not finite, carries no policy gradient, or has a gradient
+    on tokens its mask leaves out.
+    """
+    rows = []
+    for i in range(logps.size(0)):
+        row, row_ref = logps[i : i + 1], ref[i : i + 1]
+        values = []
+        for j in range(logps.size(1)):
+            mask = torch.zeros_like(row, dtype=torch.long)
+            mask[0, j] = 1
+            weight = _one_token_weight(row, mask, j)
+            with_kl, _ = _drive_compute_loss(
+                row,
+                torch.zeros(1),
+                mask,
+                ref_per_token_logps=row_ref,
+                loss_type="bnpo",
+                beta=1.0,
+                use_bias_correction_kl=False,
+            )
+            without, _ = _drive_compute_loss(
+                row, torch.zeros(1), mask, ref_per_token_logps=row_ref, loss_type="bnpo", beta=0.0
+            )
+            if not (torch.isfinite(with_kl) and torch.isfinite(without)):
+                raise _not_separable("one token's loss is not finite")
+            values.append((with_kl - without) / weight)
+        rows.append(torch.stack(values))
+    return torch.stack(rows)
+
+
+def _one_token_weight(row: torch.Tensor, mask: torch.Tensor, j: int) -> float:
+    """|dL/dlogp| at the one counted token j, for A = -1 on policy with beta = 0."""
+    probe = row.detach().clone().requires_grad_(True)
+    loss, _ = _drive_compute_loss(probe, -torch.ones(1), mask, loss_type="bnpo", beta=0.0)
+    grad = torch.autograd.grad(loss, probe, allow_unused=True)[0] if loss.requires_grad else None
+    if grad is None or not torch.isfinite(grad).all() or grad[0, j].abs() < 1e-12:
+        raise _not_separable("one token's loss has no policy gradient")
+    if (grad[0].abs() * (1 - mask[0])).max() > 1e-12 * grad[0, j].abs():
+        raise _not_separable("the loss has a gradient on tokens its mask leaves out")
+    return float(grad[0, j].abs())
+
+
+def _not_separable(cause: str) -> NotImplementedError:
+    """The skip of a subclass's own loss whose KL term cannot be measured by value (the check's
+    skip line keeps 80 characters, so the cause comes first)."""
+    return NotImplementedError(f"own-loss KL by value: {cause}")
 
 
 # ---------------------------------------------------------------------------------------------

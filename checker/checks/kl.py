@@ -44,7 +44,14 @@ def _kl(ctx: Context, logps: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 @check("kl", "per_token_kl")
 def per_token_kl_matches_reference(ctx: Context) -> None:
-    """per_token_kl is Schulman's k3 of KL(pi_theta || pi_ref): exp(ref - logp) - (ref - logp) - 1 (or the declared estimator)."""
+    """per_token_kl is Schulman's k3 of KL(pi_theta || pi_ref): exp(ref - logp) - (ref - logp) - 1 (or the declared estimator).
+
+    Where a trainer has no per-token KL of its own to call (a GRPOTrainer subclass's own
+    `_compute_loss`), the `trl` kind measures it by value, one counted token at a time: the loss
+    at beta = 1 minus the loss at beta = 0, on policy with A = 0, over that token's policy weight
+    (the gradient at A = -1); exact when the KL enters the loss as weight * beta * KL per token
+    (trl_adapter._kl_by_value), and skipped with its cause where the loss cannot be separated so.
+    """
     logps = -ctx.rand(4, 6) * 3
     ref = -ctx.rand(4, 6) * 3
     seen = _kl(ctx, logps, ref).detach().double()

@@ -144,3 +144,68 @@ if hasattr(GRPOTrainer, "_compute_loss"):  # TRL 1.x (0.17's loss is `compute_lo
         team that rewrote the loss in its own words would name it; nothing reads TRL's name."""
 
         _compute_loss = _renamed(GRPOTrainer._compute_loss, "per_token_kl", "kl_term")
+
+
+class TokenMeanGRPOTrainer(GRPOTrainer):
+    """Correct: the team's own `_compute_loss` in its own words (TRL 1.x): the clipped surrogate plus
+    beta times k3 of KL(pi || pi_ref) (by the ratio under `use_bias_correction_kl`), averaged over
+    every completion token of the micro-batch and divided by the accumulation steps as TRL does
+    from 0.23 (TRL's bnpo, whatever `loss_type` says); its KL term is `kl`, and it calls no upstream
+    loss code."""
+
+    def _compute_loss(self, model, inputs):
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], mask], dim=1)
+        scored = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1)
+        )
+        logps = scored[0]
+        old = inputs.get("old_per_token_logps")
+        ratio = torch.exp(logps - (logps.detach() if old is None else old))
+        advantages = inputs["advantages"].unsqueeze(1)
+        clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
+        token_loss = -torch.min(ratio * advantages, clipped * advantages)
+        if self.beta != 0.0:
+            log_ref_ratio = inputs["ref_per_token_logps"] - logps
+            kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
+            if self.args.use_bias_correction_kl:
+                kl = kl * ratio
+            token_loss = token_loss + self.beta * kl
+        accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
+        return (token_loss * mask).sum() / mask.sum().clamp(min=1) / accumulation
+
+
+class ReversedKLGRPOTrainer(GRPOTrainer):
+    """Buggy: TokenMeanGRPOTrainer's loss with k3 reversed: its log-ratio is logp - ref where k3 of
+    KL(pi || pi_ref) takes ref - logp, so it penalises KL(pi_ref || pi)'s estimator instead."""
+
+    def _compute_loss(self, model, inputs):
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], mask], dim=1)
+        scored = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1)
+        )
+        logps = scored[0]
+        old = inputs.get("old_per_token_logps")
+        ratio = torch.exp(logps - (logps.detach() if old is None else old))
+        advantages = inputs["advantages"].unsqueeze(1)
+        clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
+        token_loss = -torch.min(ratio * advantages, clipped * advantages)
+        if self.beta != 0.0:
+            log_ref_ratio = logps - inputs["ref_per_token_logps"]  # the bug: reversed
+            kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
+            if self.args.use_bias_correction_kl:
+                kl = kl * ratio
+            token_loss = token_loss + self.beta * kl
+        accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
+        return (token_loss * mask).sum() / mask.sum().clamp(min=1) / accumulation
+
+
+class UnmaskedMeanGRPOTrainer(TokenMeanGRPOTrainer):
+    """Buggy: TokenMeanGRPOTrainer's loss averaged over every position, padding included."""
+
+    def _compute_loss(self, model, inputs):
+        every_position = torch.ones_like(inputs["completion_mask"])
+        return super()._compute_loss(model, {**inputs, "completion_mask": every_position})
