@@ -103,6 +103,37 @@ def test_every_injected_bug_changes_what_its_stage_probes_see(
     assert differing, f"{patch_id}: no probe of stage {stage} sees it"
 
 
+# Each task's bugs with that task's conventions applied, as its workspace has them.
+TASK_BUGS = [
+    (spec, patch, next(b.stage for b in spec.bugs if b.id == patch.id))
+    for spec in RZ_TASKS
+    for patch in spec.patches
+    if patch.kind == "bug"
+]
+
+
+def _trainer_with_setup(root: Path, spec) -> Path:
+    _independent_trainer("rlzero", root)
+    for setup in (p for p in spec.patches if p.kind == "setup"):
+        setup.mutant.apply(root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "spec, patch, stage", TASK_BUGS, ids=[f"{s.id}:{p.id}" for s, p, _ in TASK_BUGS]
+)
+def test_every_bug_is_seen_under_its_tasks_conventions(spec, patch, stage, tmp_path):
+    """A bug alone in its own task's trainer (its conventions applied) changes what a probe of its
+    stage sees: a convention may hide a bug the base trainer shows (a KL mean per micro-batch equals
+    the token-mean loss's share for one micro-batch), and then the task could not score it."""
+    intended = _trainer_with_setup(tmp_path / "intended", spec)
+    buggy = _trainer_with_setup(tmp_path / "buggy", spec)
+    patch.mutant.apply(buggy)
+    expected, seen = _observe(intended, [stage]), _observe(buggy, [stage])
+    differing = [n for n in expected if not judge.same(seen[n], expected[n])]
+    assert differing, f"{spec.id}: {patch.id} is seen by no probe of stage {stage}"
+
+
 def test_reference_copy_loses_the_trainers_conventions(tmp_path, intended):
     """reference_impl under rlzero's names: the population std and the length-independent loss
     are gone, so the decoys that guard them fail."""
