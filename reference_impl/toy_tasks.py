@@ -2,7 +2,7 @@
 
 Each reward function has TRL's signature, `f(prompts, completions, completion_ids, **columns)`,
 so the same task trains under `reference_impl.train` and under `trl.GRPOTrainer`.
-`completion_ids` are lists cut after the first EOS (EOS included), as TRL passes them.
+`completion_ids` are the token-id lists of the completions, as the trainer passes them.
 Learning rates and batch shapes come from measured runs (`tests/test_training.py` keeps them).
 """
 

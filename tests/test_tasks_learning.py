@@ -17,6 +17,8 @@ def test_a_step_line_gives_its_figures_and_other_lines_none():
     line = "step   3  reward 0.055  loss +0.0123  length 2.00  kl 0.0011\n"
     assert _step_figures(line) == [{"reward": 0.055, "loss": 0.0123, "kl": 0.0011}]
     assert _step_figures("reached target: True after 39 steps") == []
+    logged = "step   3  reward 0.055  loss +0.0123  length 2.00  entropy 2.7  grad_norm 1.2000\n"
+    assert _step_figures(logged) == [{"reward": 0.055, "loss": 0.0123, "grad_norm": 1.2}]
 
 
 def test_a_run_that_learns_passes_and_one_that_does_not_fails():

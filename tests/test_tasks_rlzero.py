@@ -65,15 +65,6 @@ def test_the_suite_has_rlzero_tasks_with_three_bugs_and_decoys():
         assert sum(d.weight for d in decoys) >= 0.2 - 1e-9, spec.id
 
 
-# Each injected bug once (several tasks share one), with the stage it is scored by.
-BUGS = {
-    patch.id: (patch, next(b.stage for b in spec.bugs if b.id == patch.id))
-    for spec in RZ_TASKS
-    for patch in spec.patches
-    if patch.kind == "bug"
-}
-
-
 @pytest.fixture(scope="module")
 def intended_by_stage(intended):
     """The intended trainer's observations, per stage, computed once."""
@@ -90,17 +81,51 @@ def test_each_probe_gives_the_same_result_twice(intended, intended_by_stage):
     assert [n for n in first if not judge.same(second[n], first[n])] == []
 
 
-@pytest.mark.parametrize("patch_id", sorted(BUGS))
-def test_every_injected_bug_changes_what_its_stage_probes_see(
-    patch_id, intended_by_stage, tmp_path
+# Each task's bugs with that task's conventions applied, as its workspace has them.
+TASK_BUGS = [
+    (spec, patch, next(b.stage for b in spec.bugs if b.id == patch.id))
+    for spec in RZ_TASKS
+    for patch in spec.patches
+    if patch.kind == "bug"
+]
+
+
+def _trainer_with_setup(root: Path, spec) -> Path:
+    _independent_trainer("rlzero", root)
+    for setup in (p for p in spec.patches if p.kind == "setup"):
+        setup.mutant.apply(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def intended_by_task(tmp_path_factory):
+    """The observations of each task's trainer without its bugs, per (task, stage), computed once."""
+    seen: dict[tuple[str, str], dict] = {}
+
+    def observe(spec, stage: str) -> dict:
+        if (spec.id, stage) not in seen:
+            root = _trainer_with_setup(tmp_path_factory.mktemp(spec.id) / "tree", spec)
+            seen[spec.id, stage] = _observe(root, [stage])
+        return seen[spec.id, stage]
+
+    return observe
+
+
+@pytest.mark.parametrize(
+    "spec, patch, stage", TASK_BUGS, ids=[f"{s.id}:{p.id}" for s, p, _ in TASK_BUGS]
+)
+def test_every_bug_is_seen_under_its_tasks_conventions(
+    spec, patch, stage, intended_by_task, tmp_path
 ):
-    patch, stage = BUGS[patch_id]
-    buggy = tmp_path / "buggy"
-    _independent_trainer("rlzero", buggy)
+    """A bug alone in its own task's trainer (its conventions applied) changes what a probe of its
+    stage sees. Not the base trainer: a convention may hide a bug there or show one only there (a
+    KL mean per micro-batch equals a token-mean loss's share for one micro-batch; a per-micro-batch
+    token count changes nothing under the base's dr_grpo), and the task scores its own trainer."""
+    buggy = _trainer_with_setup(tmp_path / "buggy", spec)
     patch.mutant.apply(buggy)
-    expected, seen = intended_by_stage[stage], _observe(buggy, [stage])
+    expected, seen = intended_by_task(spec, stage), _observe(buggy, [stage])
     differing = [n for n in expected if not judge.same(seen[n], expected[n])]
-    assert differing, f"{patch_id}: no probe of stage {stage} sees it"
+    assert differing, f"{spec.id}: {patch.id} is seen by no probe of stage {stage}"
 
 
 def test_reference_copy_loses_the_trainers_conventions(tmp_path, intended):

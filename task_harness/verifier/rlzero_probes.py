@@ -359,6 +359,14 @@ def _():
     return _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2})
 
 
+@probe("kl.accumulated", "kl")
+def _():
+    """Two passes, each one optimizer step run as two micro-batches, with a KL penalty (nonzero
+    from the second pass on): the penalty weighs against the policy loss as in a step taken
+    whole."""
+    return _learned({"passes": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2})
+
+
 @probe("reference_model.frozen_copy", "reference_model")
 def _():
     policy, _ = _tiny(2, pad_is_eos=False)
@@ -378,6 +386,13 @@ def _():
         "eval_mode": not reference.training,
         "policy_still_trainable": all(p.requires_grad for p in policy.parameters()),
     }
+
+
+@probe("reference_model.config_sync", "reference_model")
+def _():
+    """The configured reference sync: how often and how far (a run that sets none gets these)."""
+    cfg = _config()
+    return [cfg.ref_sync_every, cfg.ref_sync_alpha]
 
 
 @probe("reference_model.learner", "reference_model")

@@ -388,7 +388,8 @@ def _pids_of(uid: int) -> list[int]:
 
 # A line of train.py's log: "step   3  reward 0.055  loss +0.0123  length 2.00  kl 0.0011".
 STEP_LINE = re.compile(r"^step\s+\d+\s+reward\s+\S+")
-FIGURE = re.compile(r"\b(reward|loss|kl)\s+(\S+)")
+# grad_norm too: a task may bound it (`[grpo.learning] max`), where a bug scales the gradient.
+FIGURE = re.compile(r"\b(reward|loss|kl|grad_norm)\s+(\S+)")
 
 
 def _step_figures(line: str) -> list[dict[str, float]]:

@@ -7,8 +7,8 @@ L_max (`RunConfig.max_new_tokens`), over the last L_cache tokens of it (`overlon
                   ((L_max - L_cache) - |y|) / L_cache   if L_max - L_cache < |y| <= L_max
                   -1                             if |y| > L_max
 
-`|y|` is the completion's counted tokens (its EOS included). rlzero's sampler never goes past
-L_max, so the last case is there for completions scored from elsewhere.
+`|y|` is the completion's length in counted tokens. rlzero's sampler never goes past L_max, so
+the last case is there for completions scored from elsewhere.
 """
 
 from __future__ import annotations
