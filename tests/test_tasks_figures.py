@@ -391,6 +391,23 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(within(v, 0.05, 0.08) for v in column(run, "answer_reward")),
         ),
     ],
+    "user-loo-clip": [
+        Claim(
+            "`reward` is about 0.1 on the first line (step 10)",
+            "all bugs",
+            lambda run: within(run.steps[0]["reward"], 0.09, 0.12),
+        ),
+        Claim(
+            "below 0.08 from step 20 on and between 0.04\nand 0.08 until the end",
+            "all bugs",
+            lambda run: all(within(v, 0.04, 0.08) for v in column(run, "reward")[1:]),
+        ),
+        Claim(
+            "`grad_norm` stays between 0.02 and 0.25",
+            "all bugs",
+            lambda run: all(within(v, 0.02, 0.25) for v in column(run, "grad_norm")),
+        ),
+    ],
     "user-gspo-filter": [
         Claim(
             "`loss` is `'0'` on every line, although `grad_norm` is not",

@@ -9,7 +9,10 @@ def answer_reward(prompts, completions, answer, **kwargs) -> list[float]:
 def brevity_reward(prompts, completions, completion_ids=None, **kwargs) -> list[float]:
     """Prefers short answers: 1.0 for one word plus EOS, less for longer ones, 0 for no answer.
 
-    Our tokenizer has one token per word."""
+    Our tokenizer has one token per word. With `completion_ids` the length is the token count
+    less one, for the last token: the EOS of a finished completion; for one cut at the length
+    limit (no EOS), its last word, on purpose: a cut completion is scored as if it had stopped
+    one word earlier, since the limit, not the model, ended it."""
     if completion_ids is None:
         lengths = [len(c.split()) for c in completions]
     else:
