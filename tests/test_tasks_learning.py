@@ -187,3 +187,34 @@ def test_a_min_table_bounds_any_logged_figure_over_the_window():
     for lines in CLIPPED["every bug"]:
         (problem,) = learning_problems(run(lines), rule, "")
         assert "mean completions/clipped_ratio" in problem and "not at least 0.15" in problem
+
+
+# user-long-answers' first 2 logged dicts (train_grpo.py, seed 42): its oracle and every bug, as
+# transformers printed them (measured; the task's spec records the other seeds).
+LONG_ANSWERS = {
+    "fixed": [
+        "{'loss': '0.002245', 'grad_norm': '0.04771', 'reward': '0.1171', 'kl': '0.0841'}",
+        "{'loss': '-0.004215', 'grad_norm': '0.05773', 'reward': '0.1295', 'kl': '0.1642'}",
+    ],
+    "every bug": [
+        "{'loss': '0.008128', 'grad_norm': '0.1179', 'reward': '0.1141', 'kl': '0.02127'}",
+        "{'loss': '0.003458', 'grad_norm': '0.04175', 'reward': '0.1057', 'kl': '0.08904'}",
+    ],
+}
+
+
+def test_user_long_answers_gate_passes_its_oracle_and_fails_its_bugs():
+    """The task's own rule (build.learning_rule): only the KL floor tells the run whose overlong
+    filter counts almost nothing from the fixed one; reward and grad_norm are alike."""
+    from task_harness.build import learning_rule
+    from task_harness.spec import load_tasks
+
+    (spec,) = load_tasks(ids=["user-long-answers"])
+    rule = learning_rule(spec)
+
+    def run(lines: list[str]) -> list[dict]:
+        return [s for line in lines for s in _step_figures(line)]
+
+    assert learning_problems(run(LONG_ANSWERS["fixed"]), rule, "") == []
+    (problem,) = learning_problems(run(LONG_ANSWERS["every bug"]), rule, "")
+    assert "mean kl 0.055" in problem and "not at least 0.11" in problem

@@ -743,7 +743,10 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             learning = learning_problems(steps, rule, tail, ended_early)
             log.append("=== Learning: the first steps of the training script ===")
             bounded = [*rule.get("min", {}), *rule.get("max", {})]
-            for figure in ("reward", "loss", "kl", "grad_norm", "clip_ratio", *bounded):
+            # each figure once, a bounded one among the usual ones included
+            for figure in dict.fromkeys(
+                ("reward", "loss", "kl", "grad_norm", "clip_ratio", *bounded)
+            ):
                 if any(figure in step for step in steps):
                     log.append(
                         f"{figure}: {[round(s.get(figure, float('nan')), 3) for s in steps]}"
