@@ -32,10 +32,12 @@ from pathlib import Path
 import yaml
 
 from task_harness import conventions, symptoms, traces
+from task_harness.build import TRAINERS
 from task_harness.mutants import Mutant, MutantError
 from task_harness.spec import TASKS_DIR, Bug, load_task, load_tasks
 
 LOSS_STAGES = {"ratio", "clipping", "kl", "loss_aggregation"}
+RLZERO = TRAINERS / "rlzero"
 MAX_REDRAWS = 6
 BUG_WEIGHT, DECOY_WEIGHT = 0.8, 0.2
 TARGET = 0.9  # rlzero's RunConfig.target: the fixed run stops there
@@ -84,6 +86,24 @@ def load_corpus(tasks_dir: Path = TASKS_DIR) -> Corpus:
     )
 
 
+def apply_together(mutants: list[Mutant]) -> bool:
+    """Whether `mutants` apply one after another to rlzero's sources: two bugs of different stages
+    may rewrite the same text (the sampler's and the scorer's temperature bugs both rewrite the
+    config's help for `temperature`), and such a pair cannot share a task."""
+    texts: dict[str, str] = {}
+    for mutant in mutants:
+        edits = [(mutant.file, mutant.find, mutant.replace)]
+        edits += [(h["file"], h["find"], h["replace"]) for h in mutant.hunks]
+        for file, find, replace in edits:
+            text = texts.get(file)
+            if text is None:
+                text = (RLZERO / file).read_text()
+            if text.count(find) != 1:
+                return False
+            texts[file] = text.replace(find, replace)
+    return True
+
+
 def draw(
     corpus: list[Drawable], rng: random.Random, count: int, exclude: set[str], kept=()
 ) -> list[Drawable]:
@@ -97,6 +117,8 @@ def draw(
             stages = {d.bug.stage for d in chosen}
             stage = item.bug.stage
             if stage in stages or (stage in LOSS_STAGES and stages & LOSS_STAGES):
+                continue
+            if not apply_together([d.mutant for d in (*chosen, item)]):
                 continue
             chosen.append(item)
             if len(chosen) == count:

@@ -58,6 +58,9 @@ AWAITING_TRIALS = {
     "rz-succ-pairs",
     "rz-accum-kl",
     "rz-kl-anchor",
+    "rz-format-stop",
+    "rz-format-kl",
+    "rz-trust-region",
     "user-flat-grad",
     "user-loo-clip",
 }
@@ -135,7 +138,7 @@ def test_the_command_remeasures_a_task_as_recorded_and_says_when_its_label_is_st
 def test_write_keeps_the_trials_and_their_label(tmp_path):
     """A new measurement replaces the checker and baseline figures, never the blind trials, and
     the label stays the trials'."""
-    shipped = load_task(TASKS_DIR / "rz-format-stop")
+    shipped = load_task(TASKS_DIR / "rz-succ-temperature")
     trials = difficulty.recorded_trials(shipped)
     folder = tmp_path / shipped.id
     shutil.copytree(shipped.folder, folder)

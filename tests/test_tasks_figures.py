@@ -56,11 +56,18 @@ CLAIMS: dict[str, list[Claim]] = {
             "fixed",
             lambda run: within(run.rollouts_to(0.9), 1, 40),
         ),
-        Claim("the first log line already shows `loss +nan`", "all bugs", lambda run: run.nan_loss),
         Claim(
-            "the second rollout dies with a `RuntimeError`",
+            "`reward` and `loss` print 0.000 on every line of the first 50 rollouts",
             "all bugs",
-            lambda run: len(run.steps) == 1 and run.crash.startswith("RuntimeError"),
+            lambda run: (
+                len(run.steps) == 50
+                and all(v == 0.0 for v in column(run, "reward") + column(run, "loss"))
+            ),
+        ),
+        Claim(
+            "`grad_norm` prints 0.0000 on every line",
+            "all bugs",
+            lambda run: all(v == 0.0 for v in column(run, "grad_norm")),
         ),
         Claim(
             "read 1.0000 on every line",
@@ -68,9 +75,9 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(value == 1.0 for value in column(run, "ratio_max")),
         ),
         Claim(
-            "on the first line it now reads between 1.1 and 1.4",
+            "now it sits between 1.1 and 1.4 on every line",
             "all bugs",
-            lambda run: within(run.steps[0]["ratio_max"], 1.1, 1.4),
+            lambda run: all(within(v, 1.1, 1.4) for v in column(run, "ratio_max")),
         ),
     ],
     "rz-succ-temperature": [
@@ -192,26 +199,21 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.rollouts_to(0.9), 1, 40),
         ),
         Claim(
-            "its average over each block of ten rollouts is between 0.02 and 0.12 for the first 50",
+            "stays between 0.1 and 0.5 for the first 50 rollouts",
             "all bugs",
             lambda run: (
-                len(run.steps) == 50 and all(within(v, 0.02, 0.12) for v in run.blocks("reward"))
+                len(run.steps) == 50 and all(within(v, 0.1, 0.5) for v in run.blocks("reward"))
             ),
         ),
         Claim(
-            "The loss averages within 0.01 of zero",
+            "stays above 1.8 in every such block average",
             "all bugs",
-            lambda run: all(abs(v) < 0.01 for v in run.blocks("loss")),
+            lambda run: all(v > 1.8 for v in run.blocks("entropy")),
         ),
         Claim(
-            "sits between 1.2 and 1.7 on every line",
-            "all bugs",
-            lambda run: all(within(v, 1.2, 1.7) for v in column(run, "ratio_max")),
-        ),
-        Claim(
-            "drove it to block averages between 2 and 10",
+            "brought it below 0.5 before the reward reached 0.9",
             "fixed",
-            lambda run: all(within(v, 2, 10) for v in run.blocks("ratio_max")),
+            lambda run: min(column(run, "entropy", slice(0, run.rollouts_to(0.9)))) < 0.5,
         ),
     ],
     "trl017-second-pass": [
@@ -423,7 +425,7 @@ CLAIMS: dict[str, list[Claim]] = {
         ),
     ],
 }
-SUITE = ["rz-format-stop"]  # a task whose buggy run dies at once: the cheapest to run
+SUITE = ["rz-succ-temperature"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 

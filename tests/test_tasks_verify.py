@@ -19,8 +19,8 @@ from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
-BUGS = ("pad_masks_eos", "scoring_without_temperature", "epsilon_after_division")
-DECOY = "population_std"  # rlzero's population std, guarding epsilon_after_division
+BUGS = ("pad_masks_eos", "scoring_without_temperature", "unscored_rows_in_std")
+DECOY = "population_std"  # rlzero's population std, guarding unscored_rows_in_std
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_the_textbook_convention_loses_the_decoy_and_its_stage(decoy_task, agent
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.status == "ok", result.detail
     assert result.bugs["pad_masks_eos"] == result.bugs["scoring_without_temperature"] == 1.0
-    assert result.bugs["epsilon_after_division"] == result.bugs[DECOY] == 0.0, result.detail
+    assert result.bugs["unscored_rows_in_std"] == result.bugs[DECOY] == 0.0, result.detail
     assert "advantages.pairs: intended" in result.detail  # the decoy's own probe saw it
     assert result.reward == pytest.approx(0.5)
 

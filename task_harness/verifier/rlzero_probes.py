@@ -354,6 +354,13 @@ def _():
     return _learned({"passes": 1, "grad_accum_steps": 2})
 
 
+@probe("update.accumulated_token_mean", "update")
+def _():
+    """The same with a token-mean loss ("dapo"): the two micro-batches count different numbers of
+    tokens, and the step still normalises by the whole step's count."""
+    return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"})
+
+
 @probe("kl.learner", "kl")
 def _():
     return _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2})
