@@ -330,9 +330,26 @@ def _():
 
 
 # --- the loop: passes over one rollout, the reference policy, the update --------------------------
-def _learned(config: dict, completions: torch.Tensor = ROLLOUT_COMPLETIONS):
+def _learned(
+    config: dict, completions: torch.Tensor = ROLLOUT_COMPLETIONS, on_policy: bool = False
+):
+    """`Learner.learn` on the fixed rollout. `on_policy`: the old log-probs are the policy's own,
+    scored as the learner scores them, so the first pass's ratio is 1 and no trust region,
+    however written, clips it: an update probe then sees the update alone (a task with a clipping
+    bug and an update bug scores the update fix by itself)."""
     base = {"group_size": 3, "max_new_tokens": 3, "lr": 1e-2}
     learner, batch, _ = _fixed_rollout(completions, base | config)
+    if on_policy:
+        learner_module = rz("learner")
+        with torch.no_grad():
+            own = learner_module.completion_logprobs(
+                learner.policy,
+                batch.input_ids,
+                batch.attention_mask,
+                batch.completion_mask.size(1),
+                learner.cfg.temperature,
+            )
+        batch.old_logp = own * batch.completion_mask
     loss, stats = learner.learn(batch)
     params = torch.cat([p.detach().flatten() for p in learner.policy.parameters()])
     return {"loss": loss, "stats": stats, "params": params}
@@ -345,20 +362,20 @@ def _():
 
 @probe("update.one_pass", "update")
 def _():
-    return _learned({"passes": 1})
+    return _learned({"passes": 1}, on_policy=True)
 
 
 @probe("update.accumulated", "update")
 def _():
     """One optimizer step run as two micro-batches: the step the whole rollout's gradient takes."""
-    return _learned({"passes": 1, "grad_accum_steps": 2})
+    return _learned({"passes": 1, "grad_accum_steps": 2}, on_policy=True)
 
 
 @probe("update.accumulated_token_mean", "update")
 def _():
     """The same with a token-mean loss ("dapo"): the two micro-batches count different numbers of
     tokens, and the step still normalises by the whole step's count."""
-    return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"})
+    return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"}, on_policy=True)
 
 
 @probe("kl.learner", "kl")
