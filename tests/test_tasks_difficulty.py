@@ -55,14 +55,8 @@ SPECS = load_tasks()
 # Tasks whose bugs were replaced since their trials (issue 21's hardening): the old trials measured
 # other bugs, so they were deleted, and the label is the checker's until new trials are recorded.
 AWAITING_TRIALS = {
-    "rz-succ-pairs",
     "rz-accum-kl",
     "rz-kl-anchor",
-    "rz-format-stop",
-    "rz-format-kl",
-    "rz-trust-region",
-    "user-flat-grad",
-    "user-loo-clip",
 }
 
 
