@@ -297,16 +297,6 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: block(run, "reward", 3) > 0.6,
         ),
         Claim(
-            "with `kl`\naveraging below 2, `loss` between 0.02 and 0.06 and `grad_norm` between 0.9 "
-            "and 1.5 there",
-            "fixed",
-            lambda run: (
-                block(run, "kl", 3) < 2
-                and within(block(run, "loss", 3), 0.02, 0.06)
-                and within(block(run, "grad_norm", 3), 0.9, 1.5)
-            ),
-        ),
-        Claim(
             "stays below 0.12 for the first 50 rollouts",
             "all bugs",
             lambda run: len(run.steps) == 50 and max(run.blocks("reward")) < 0.12,
