@@ -148,16 +148,6 @@ CLAIMS: dict[str, list[Claim]] = {
     ],
     "rz-kl-anchor": [
         Claim(
-            "averaging between 1 and 3 over\nrollouts 21-30",
-            "fixed",
-            lambda run: within(block(run, "kl", 2), 1, 3),
-        ),
-        Claim(
-            "now it averages below 1 there, less than over rollouts 11-20",
-            "all bugs",
-            lambda run: block(run, "kl", 2) < min(1, block(run, "kl", 1)),
-        ),
-        Claim(
             "prints exactly 1.0000 on every line",
             "all bugs",
             lambda run: all(v == 1.0 for v in column(run, "ratio_max")),
@@ -305,16 +295,6 @@ CLAIMS: dict[str, list[Claim]] = {
             "reached a mean reward above 0.6 over rollouts 31-40",
             "fixed",
             lambda run: block(run, "reward", 3) > 0.6,
-        ),
-        Claim(
-            "with `kl`\naveraging below 2, `loss` between 0.02 and 0.06 and `grad_norm` between 0.9 "
-            "and 1.5 there",
-            "fixed",
-            lambda run: (
-                block(run, "kl", 3) < 2
-                and within(block(run, "loss", 3), 0.02, 0.06)
-                and within(block(run, "grad_norm", 3), 0.9, 1.5)
-            ),
         ),
         Claim(
             "stays below 0.12 for the first 50 rollouts",

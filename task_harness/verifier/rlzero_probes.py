@@ -391,6 +391,13 @@ def _():
     return _learned({"passes": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2})
 
 
+@probe("kl.tempered", "kl")
+def _():
+    """Two passes with a KL penalty at sampling temperature 0.7: the reference is the initial
+    policy at the temperature the run samples and scores at, so the first step's KL is 0."""
+    return _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2, "temperature": 0.7})
+
+
 @probe("reference_model.frozen_copy", "reference_model")
 def _():
     policy, _ = _tiny(2, pad_is_eos=False)
