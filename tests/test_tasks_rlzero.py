@@ -143,12 +143,15 @@ COUPLED = {
     ("rz-format-shift", "eos_not_counted"),
     ("rz-format-shift", "logit_shift_off_by_one"),
     ("rz-format-stop", "pad_masks_eos"),
-    ("rz-kl-anchor", "kl_penalty_sign"),
     ("rz-kl-anchor", "old_logprobs_per_pass"),
     ("rz-succ-pairs", "prompts_tiled_for_scoring"),
     ("rz-succ-pairs", "rollout_std_scale"),
     ("rz-succ-temperature", "epsilon_after_division"),
 }
+
+
+def test_every_known_coupling_names_a_bug_of_its_task():
+    assert COUPLED <= {(spec.id, patch.id) for spec, patch, _ in TASK_BUGS}
 
 
 @pytest.mark.parametrize(
