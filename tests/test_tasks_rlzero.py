@@ -147,6 +147,7 @@ COUPLED = {
     ("rz-succ-pairs", "prompts_tiled_for_scoring"),
     ("rz-succ-pairs", "rollout_std_scale"),
     ("rz-succ-temperature", "epsilon_after_division"),
+    ("rz-succ-temperature", "scoring_without_temperature"),
 }
 
 

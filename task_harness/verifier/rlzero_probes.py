@@ -330,26 +330,24 @@ def _():
 
 
 # --- the loop: passes over one rollout, the reference policy, the update --------------------------
-def _learned(
-    config: dict, completions: torch.Tensor = ROLLOUT_COMPLETIONS, on_policy: bool = False
-):
-    """`Learner.learn` on the fixed rollout. `on_policy`: the old log-probs are the policy's own,
-    scored as the learner scores them, so the first pass's ratio is 1 and no trust region,
-    however written, clips it: an update probe then sees the update alone (a task with a clipping
-    bug and an update bug scores the update fix by itself)."""
+def _learned(config: dict, completions: torch.Tensor = ROLLOUT_COMPLETIONS):
+    """`Learner.learn` on the fixed rollout, whose old log-probs are the policy's own, scored as
+    the learner scores them: the first pass's ratio is 1 whatever the trust region, and a fix
+    that scores the old log-probs in a forward pass of its own (TRL's way without vLLM) sees
+    what the sampler's log-probs give. So a loop probe sees its stage: no trust region, however
+    written, clips a first pass (a task with a clipping bug and an update bug scores the update
+    fix alone), and no valid source of the old log-probs is mistaken for a bug."""
     base = {"group_size": 3, "max_new_tokens": 3, "lr": 1e-2}
     learner, batch, _ = _fixed_rollout(completions, base | config)
-    if on_policy:
-        learner_module = rz("learner")
-        with torch.no_grad():
-            own = learner_module.completion_logprobs(
-                learner.policy,
-                batch.input_ids,
-                batch.attention_mask,
-                batch.completion_mask.size(1),
-                learner.cfg.temperature,
-            )
-        batch.old_logp = own * batch.completion_mask
+    with torch.no_grad():
+        own = rz("learner").completion_logprobs(
+            learner.policy,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.completion_mask.size(1),
+            learner.cfg.temperature,
+        )
+    batch.old_logp = own * batch.completion_mask
     loss, stats = learner.learn(batch)
     params = torch.cat([p.detach().flatten() for p in learner.policy.parameters()])
     return {"loss": loss, "stats": stats, "params": params}
@@ -362,20 +360,20 @@ def _():
 
 @probe("update.one_pass", "update")
 def _():
-    return _learned({"passes": 1}, on_policy=True)
+    return _learned({"passes": 1})
 
 
 @probe("update.accumulated", "update")
 def _():
     """One optimizer step run as two micro-batches: the step the whole rollout's gradient takes."""
-    return _learned({"passes": 1, "grad_accum_steps": 2}, on_policy=True)
+    return _learned({"passes": 1, "grad_accum_steps": 2})
 
 
 @probe("update.accumulated_token_mean", "update")
 def _():
     """The same with a token-mean loss ("dapo"): the two micro-batches count different numbers of
     tokens, and the step still normalises by the whole step's count."""
-    return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"}, on_policy=True)
+    return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"})
 
 
 @probe("kl.learner", "kl")
