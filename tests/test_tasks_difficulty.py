@@ -52,12 +52,6 @@ def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path
 # with the team's conventions declared by `profile --write` on its fixed trainer: every task is
 # measured, and the tasks of the two new families also have blind trials.
 SPECS = load_tasks()
-# Tasks whose bugs were replaced since their trials (issue 21's hardening): the old trials measured
-# other bugs, so they were deleted, and the label is the checker's until new trials are recorded.
-AWAITING_TRIALS = {
-    "rz-accum-kl",
-    "rz-kl-anchor",
-}
 
 
 @pytest.mark.parametrize(
@@ -67,9 +61,6 @@ def test_each_task_of_the_two_new_families_records_a_blind_trial_per_condition(s
     """Issue: a task ships with at least one blind trial per condition, recorded where its label
     is derived (README, "What real agents did, blind", has the table and how bugs were found)."""
     trials = difficulty.recorded_trials(spec)
-    if spec.id in AWAITING_TRIALS:
-        assert not trials, f"{spec.id}: trials recorded, take it out of AWAITING_TRIALS"
-        pytest.skip(f"{spec.id}: bugs replaced, blind trials not yet re-run")
     assert set(trials) == {"no_skill", "skill"}, f"{spec.id}: trials {sorted(trials)}"
     assert all(0 <= t.reward <= 1 and t.minutes > 0 for t in trials.values()), trials
 
