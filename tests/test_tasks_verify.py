@@ -88,20 +88,15 @@ def test_the_checker_is_out_of_the_agents_reach_and_a_change_is_caught(decoy_tas
 
 
 def test_a_fix_written_differently_from_the_oracle_passes(decoy_task, agent_files):
-    """The checks test behaviour: the advantage bug fixed in the agent's own way (the buggy
-    `_normalised` left in place and redefined after it, with torch.div for `/`) gets full
-    credit."""
-    normalised = (
-        "\n\ndef _normalised(centred, std, eps):\n"
-        "    denominator = std.add(eps)\n"
-        "    return torch.div(centred, denominator).reshape(-1)\n"
-    )
-    (agent_files / "normalised.py").write_text(normalised)
+    """The checks test behaviour: the std's count fixed in the agent's own words (the buggy
+    advantages.py kept, its NaN count of the zero-filled deviations replaced by the scored mask
+    as integers under a name of its own) gets full credit."""
     agent = (
         f"cp rlzero/advantages.py /tmp/advantages.py && {FIX}"
         " && cp /tmp/advantages.py rlzero/advantages.py"
-        " && grep -qF 'return (centred / std + eps)' rlzero/advantages.py"
-        f" && cat {AGENT_FILES}/normalised.py >> rlzero/advantages.py"
+        " && grep -qF '(~torch.isnan(centred))' rlzero/advantages.py"
+        " && sed -i -e 's/centred, _ = _centred/centred, kept = _centred/'"
+        " -e 's/(~torch.isnan(centred))/kept.to(torch.int64)/' rlzero/advantages.py"
     )
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.reward == 1.0, result.detail
