@@ -236,6 +236,7 @@ def profile(
     if as_json:
         document = {"target": target, "kind": spec.kind, "version": __version__}
         document |= {"conventions": measured.conventions, "findings": measured.findings}
+        document["supported"] = measured.supported
         click.echo(json.dumps(document, indent=2))
     else:
         print_profile(Console(highlight=False), target, measured, write_path)
@@ -248,6 +249,11 @@ def print_profile(console: Console, target: str, measured, write_path: str | Non
     for column in ("convention", "value", "TRL 1.16", "measured from"):
         table.add_column(column, overflow="fold")
     for key, how in measured.evidence.items():
+        if key.startswith("supported "):  # an option the loss takes and ignores
+            only = measured.supported[key.removeprefix("supported ")]
+            value = Text(f"{', '.join(shown(v) for v in only)} only", style="bold")
+            table.add_row(key, value, "all", how)
+            continue
         value = measured.conventions.get(key, "-")
         differs = key in measured.conventions and DEFAULTS.get(key) != value
         style = "bold" if differs else ""

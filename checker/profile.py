@@ -27,10 +27,17 @@ class Profile:
     conventions: dict[str, object] = field(default_factory=dict)  # key -> measured value
     evidence: dict[str, str] = field(default_factory=dict)  # key -> how it was measured
     findings: list[str] = field(default_factory=list)  # known bugs, never written
+    # keyword -> the only values it takes effect at (`supported:` in the YAML), for options the
+    # candidate's loss accepts and ignores; the checks that need other values are skipped.
+    supported: dict[str, list] = field(default_factory=dict)
 
     def set(self, key: str, value, how: str) -> None:
         self.conventions[key] = value
         self.evidence[key] = how
+
+    def restrict(self, key: str, values: list, how: str) -> None:
+        self.supported[key] = values
+        self.evidence[f"supported {key}"] = how
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,11 +168,118 @@ def probe_loss(candidate, profile: Profile) -> None:
                         profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
                     else:
                         _probe_old_ignored(fn, profile)
+                    _probe_ignored_loss_options(
+                        fn, candidate, profile, rule, (logps, advantages, mask)
+                    )
                     if rule not in conventions.ROW_MEAN_RULES:
                         _probe_empty_rows(fn, profile, form, (leaf, advantages, mask))
                     _probe_empty_batch(fn, profile)
                     return
     profile.findings.append(f"loss_aggregation: loss {value:.6g} matches no known aggregation")
+
+
+def _loss_and_grad(fn, logps, advantages, mask, **kwargs):
+    """The candidate's loss and dL/dlogp (zeros where no gradient reaches), or None when it
+    rejects the keywords the way a trainer rejects an option it does not implement."""
+    import torch
+
+    leaf = logps.detach().clone().requires_grad_(True)
+    try:
+        loss = fn(leaf, advantages, mask, **kwargs)
+    except (ValueError, KeyError, NotImplementedError):
+        return None
+    grad = None
+    if loss.requires_grad:
+        (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    return loss.detach(), torch.zeros_like(leaf) if grad is None else grad
+
+
+def _unchanged(base, other) -> bool:
+    import torch
+
+    return other is not None and all(torch.equal(a, b) for a, b in zip(base, other, strict=True))
+
+
+def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inputs) -> None:
+    """Options the loss takes and ignores (a trainer's own `_compute_loss` that implements one
+    aggregation, one ratio level, no ratio cap): `supported:` pins each to the candidate's own
+    value, so the checks of the others skip instead of failing a loss that never claimed them.
+    Each is measured where TRL's formulas differ: loss types on unequal lengths with an empty
+    row, the sequence ratio and the cap `delta` off policy. An ignored `loss_type` also makes
+    the measured aggregation the candidate's whatever loss_type says (`loss_agg_mode`)."""
+    import torch
+
+    from checker import conventions
+    from reference_impl.protocol import CLIPPED_LOSS_TYPES
+
+    logps, advantages, mask = inputs
+    config, supported = candidate.config, candidate.supported
+    base = _loss_and_grad(fn, logps, advantages, mask)
+    if base is None:
+        return
+    if rule == "bnpo" and _takes(fn, "num_items_in_batch"):
+        # dapo's normaliser is num_items_in_batch, bnpo's the local token count: equal here
+        doubled = _loss_and_grad(fn, logps, advantages, mask, num_items_in_batch=2 * mask.sum())
+        if not _unchanged(base, doubled):
+            rule = "dapo"
+    own = config["loss_type"]
+    if _takes(fn, "loss_type"):
+        others = [t for t in CLIPPED_LOSS_TYPES if t != own]
+        others = [t for t in others if t in supported.get("loss_type", others)]
+        seen = [_loss_and_grad(fn, logps, advantages, mask, loss_type=t) for t in others]
+        ran = [s for s in seen if s is not None]
+        if len(ran) >= 2 and all(_unchanged(base, s) for s in ran):
+            profile.restrict("loss_type", [own], f"loss_type {', '.join(others)} change nothing")
+            profile.conventions.pop("loss_type", None)
+            profile.evidence.pop("loss_type", None)
+            chosen = _chosen_loss_type(candidate)
+            if rule != conventions.aggregation_rule(config) and chosen:
+                profile.findings.append(
+                    f"loss_aggregation: loss_type={chosen!r} is set but changes nothing: the loss"
+                    f" is the {rule} formula whatever loss_type says"
+                )
+            elif rule != conventions.aggregation_rule(config):
+                mode = {v: k for k, v in conventions.AGG_MODE_RULES.items()}.get(rule)
+                if mode:
+                    how = f"the loss is the {rule} formula whatever loss_type says"
+                    profile.set("loss_agg_mode", mode, how)
+    if profile.conventions.get("policy_loss") in ("reinforce", "on_policy"):
+        return  # no ratio: nothing for a ratio level or a cap to change
+    if not _takes(fn, "old_per_token_logps"):
+        return
+    # Off policy: ratios 0.9..1.1 (inside the clip band) vary by token, and two tokens at 3.0
+    # with A < 0, where the unclipped term is in force and a cap of 1.5 would bind.
+    ratios = 0.9 + 0.2 * torch.rand(logps.shape, generator=torch.Generator().manual_seed(8))
+    ratios[0, :2] = 3.0
+    old = logps - ratios.log()
+    off_policy = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old)
+    if off_policy is None:
+        return
+    for key, value, own_value in (
+        ("importance_sampling_level", "sequence", "token"),
+        ("delta", 1.5, None),
+    ):
+        if config[key] != own_value or not _takes(fn, key):
+            continue
+        if own_value not in supported.get(key, [own_value]) or value not in supported.get(
+            key, [value]
+        ):
+            continue  # the release has no such option: its checks skip already
+        changed = _loss_and_grad(
+            fn, logps, advantages, mask, old_per_token_logps=old, **{key: value}
+        )
+        if _unchanged(off_policy, changed):
+            profile.restrict(key, [own_value], f"{key}={value} changes nothing off policy")
+
+
+def _chosen_loss_type(candidate) -> str | None:
+    """The loss_type the user set (in the YAML's `config:`, or in a trainer's GRPOConfig), not
+    the release's default: a loss that ignores a chosen loss_type is a bug, not a convention."""
+    chosen = candidate.spec.config.get("loss_type")
+    adapter = sys.modules.get("checker.adapters.trl_adapter")
+    if chosen is None and candidate.spec.trainer and adapter is not None:
+        chosen = adapter.harness.declared_config().get("loss_type")
+    return chosen
 
 
 def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
@@ -544,6 +658,9 @@ def yaml_text(spec, profile: Profile, write_path: Path) -> str:
     config = {**spec.config, **measured}
     if config:
         document["config"] = config
+    supported = {**spec.supported, **profile.supported}
+    if supported:
+        document["supported"] = supported
     if profile.findings:
         document["findings"] = list(profile.findings)
     header = (

@@ -243,3 +243,71 @@ def test_empty_rows_is_measured_through_the_grpo_loss_type(tmp_path):
     assert result.returncode == 0, document
     assert document["conventions"]["loss_type"] == "dapo"
     assert document["conventions"]["empty_rows"] == "excluded"
+
+
+# -- a loss that takes TRL's options and implements one of each ----------------------------------
+
+ONE_AGGREGATION = """
+import torch
+
+
+def compute_loss(
+    per_token_logps, advantages, completion_mask, *, old_per_token_logps=None, loss_type="dapo",
+    num_items_in_batch=None, importance_sampling_level="token", delta=None, epsilon_low=0.2,
+    epsilon_high=0.28,
+):
+    # The team's loss: the clipped surrogate, token-mean over the micro-batch, whatever loss_type,
+    # importance_sampling_level or delta say (they are accepted for TRL's call signature only).
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    loss = -torch.min(ratio * a, clipped * a)
+    mask = completion_mask.float()
+    return (loss * mask).sum() / mask.sum().clamp(min=1)
+"""
+
+
+def test_options_the_loss_ignores_are_profiled_as_unsupported(tmp_path):
+    """A loss that accepts loss_type, importance_sampling_level and delta and ignores them (one
+    aggregation, per-token ratios, no cap: a trainer's own loss) is profiled as such: `supported:`
+    pins each to its own value and `loss_agg_mode` names the aggregation; the written file checks
+    with no failure, the checks of the other options skipped and named. Set in `config:`, a
+    loss_type the loss ignores is a finding instead: the user chose it and it does nothing."""
+    (tmp_path / "one_agg.py").write_text(ONE_AGGREGATION)
+    result = run("profile", "one_agg.py", "--json", "--write", "cfg.yaml", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    assert result.returncode == 0, document
+    assert document["supported"] == {
+        "loss_type": ["dapo"],
+        "importance_sampling_level": ["token"],
+        "delta": [None],
+    }
+    assert document["conventions"]["loss_agg_mode"] == "token-mean"
+    written = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
+    assert written["supported"] == document["supported"]
+    checked = run("cfg.yaml", "--json", cwd=tmp_path)
+    report = json.loads(checked.stdout)
+    assert checked.returncode == 0, failing(report)
+    skipped = {r["check"]: r["message"] for r in report["results"] if r["status"] == "skip"}
+    assert (
+        "importance_sampling_level='sequence'" in skipped["ratio.sequence_ratio_is_geometric_mean"]
+    )
+    assert "delta=" in skipped["clipping.delta_caps_unclipped_ratio"]
+    assert "loss_type='sapo'" in skipped["loss_aggregation.sapo_gradient_matches_formula"]
+    undeclared = run("one_agg.py", "--json", cwd=tmp_path)
+    assert undeclared.returncode == 1  # without the file: dapo's num_items_in_batch, GSPO, delta
+
+    (tmp_path / "chosen.yaml").write_text("path: one_agg.py\nconfig: {loss_type: dr_grpo}\n")
+    chosen = json.loads(run("profile", "chosen.yaml", "--json", cwd=tmp_path).stdout)
+    assert "loss_agg_mode" not in chosen["conventions"]
+    assert any("loss_type='dr_grpo' is set but changes nothing" in f for f in chosen["findings"])
+
+
+def test_a_loss_that_honours_the_options_is_not_restricted(tmp_path):
+    """The reference written against the protocol (every loss type, GSPO, delta) gets no
+    `supported:` from profile: only an option that changes nothing is pinned."""
+    shim = "from reference_impl import compute_loss  # noqa: F401\n"
+    (tmp_path / "honours.py").write_text(shim)
+    document = json.loads(run("profile", "honours.py", "--json", cwd=tmp_path).stdout)
+    assert document["supported"] == {}, document

@@ -48,14 +48,24 @@ def _forget_adapter() -> None:
             delattr(checker.adapters, attribute)
 
 
-def check_target(target: str, grpo_config: str | None, stages: list[str]) -> dict:
-    """The checks of `stages` (all when empty) on one target, as the command line runs them."""
+def check_target(
+    target: str, grpo_config: str | None, stages: list[str], profiled: str | None = None
+) -> dict:
+    """The checks of `stages` (all when empty) on one target, as the command line runs them;
+    with `profiled` (a YAML path), on the file `grpo-check profile --write` writes for it."""
     from checker.candidate import TargetError, load_candidate, resolve_target
     from checker.checks import all_checks
     from checker.coverage import uncovered
     from checker.diagnosis import diagnose
+    from checker.profile import measure, yaml_text
     from checker.runner import run_one
 
+    if profiled:
+        _forget_adapter()
+        spec = resolve_target(target, "auto", grpo_config)
+        written = Path(profiled)
+        written.write_text(yaml_text(spec, measure(load_candidate(spec)), written))
+        target, grpo_config = profiled, None
     _forget_adapter()
     try:
         spec = resolve_target(target, "auto", grpo_config)
@@ -141,6 +151,9 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
     if version != "0.17.0":  # the team's own `_compute_loss` (TRL 1.x), correct and buggy
         for name in ("TokenMean", "ReversedKL", "UnmaskedMean"):
             jobs[name] = [f"trainer_subclasses.py:{name}GRPOTrainer", None, ["kl"]]
+        for name in ("TokenMean", "ReversedKL"):  # every stage, after `profile --write`
+            written = str(tmp_path / f"{name}_profiled.yaml")
+            jobs[f"{name}_profiled"] = [f"{SUBCLASSES}:{name}GRPOTrainer", None, [], written]
     if version == "1.16.0":  # what cannot be built, in the child (the CLI's one line: below)
         for name in ("NotATrainer", "NeedsRewardModel", "Missing"):
             jobs[name] = [f"trainer_subclasses.py:{name}", None, ["advantages"]]
@@ -383,6 +396,29 @@ def test_the_teams_own_loss_has_its_kl_checked_by_value(version, tmp_path_factor
     skipped = reports["UnmaskedMean"]["skipped"]
     for name in PER_TOKEN_KL_CHECKS:
         assert "has a gradient on tokens its mask leaves out" in skipped.get(name, ""), skipped
+
+
+@pytest.mark.parametrize(
+    "version",
+    [pytest.param(v, marks=pytest.mark.xdist_group(f"trainer_subclass_{v}")) for v in RELEASES[1:]],
+)
+def test_the_teams_own_loss_passes_every_check_after_profile(version, tmp_path_factory):
+    """The team's own token-mean loss ignores loss_type, importance_sampling_level and delta:
+    profile writes `loss_agg_mode: token-mean` and pins those options (`supported:`), and every
+    check of every stage then passes or skips naming the option; the same loss with k3 reversed
+    still fails its KL checks at its `def` after profile."""
+    reports = release_reports(version, tmp_path_factory)
+    correct = reports["TokenMean_profiled"]
+    assert correct["failing"] == [], correct["failing"]
+    skipped = correct["skipped"]
+    assert (
+        "importance_sampling_level='sequence'" in skipped["ratio.sequence_ratio_is_geometric_mean"]
+    )
+    assert "loss_type=" in skipped["loss_aggregation.sapo_gradient_matches_formula"]
+    assert "loss_aggregation.own_loss_type_matches_formula" in correct["passed"]
+    assert "loss_aggregation.accumulated_gradient_matches_one_batch" in correct["passed"]
+    failing = {r["check"] for r in reports["ReversedKL_profiled"]["failing"]}
+    assert "kl.per_token_kl_matches_reference" in failing, failing
 
 
 def test_profile_measures_no_kl_estimator_where_the_loss_cannot_be_separated():
