@@ -17,7 +17,6 @@ from pathlib import Path
 
 from checker.candidate import CONVENTION_ALIASES
 from reference_impl.protocol import DEFAULTS
-from reference_impl.trl_semantics import CONVENTION_FIELDS
 
 PROFILE_TIMEOUT = 180.0
 
@@ -30,6 +29,13 @@ class Profile:
     # keyword -> the only values it takes effect at (`supported:` in the YAML), for options the
     # candidate's loss accepts and ignores; the checks that need other values are skipped.
     supported: dict[str, list] = field(default_factory=dict)
+    # The conventions a trainer's GRPOConfig sets (its user chose them): a measured value that
+    # differs is left for the checks to report, never written. One left at the release's
+    # default that the trainer's own code does not follow is the team's convention, written.
+    config_set: list[str] = field(default_factory=list)
+    # The candidate's own value of each measured convention (its release's and config's for a
+    # trainer, TRL's defaults overlaid with `config:` otherwise): what a measurement differs from.
+    own: dict[str, object] = field(default_factory=dict)
 
     def set(self, key: str, value, how: str) -> None:
         self.conventions[key] = value
@@ -42,6 +48,24 @@ class Profile:
 
 # ---------------------------------------------------------------------------------------------
 # Probes (child side). Each takes the loaded candidate and the profile it fills.
+
+
+def probe_rewards(candidate, profile: Profile) -> None:
+    """nan_rewards from a row whose every reward function returned None (NaN): it stays NaN
+    (excluded from its group's statistics, TRL from 1.6) or becomes 0 (TRL before, nan_to_num)."""
+    import math
+
+    import torch
+
+    fn = candidate.functions.get("combine_rewards")
+    if fn is None:
+        return
+    rewards = torch.tensor([[1.0, math.nan], [math.nan, math.nan]])
+    unscored = float(fn(rewards, [1.0, 0.5])[1])
+    if math.isnan(unscored):
+        profile.set("nan_rewards", "excluded", "a row of NaN rewards stays NaN")
+    elif unscored == 0.0:
+        profile.set("nan_rewards", "zero", "a row of NaN rewards combines to 0")
 
 
 def probe_advantages(candidate, profile: Profile) -> None:
@@ -66,11 +90,39 @@ def probe_advantages(candidate, profile: Profile) -> None:
             break
     else:
         _fit_scaled_advantages(rewards, seen, profile)
+    _probe_ignored_scaling(fn, candidate, profile, rewards, seen)
     nan_in = torch.tensor([float("nan"), 0.0, 1.0, 1.0])
     nan_out = fn(nan_in, 4).detach()
-    if torch.isnan(nan_out).any() or not torch.isfinite(nan_out).all():
+    rewards_never_nan = profile.conventions.get("nan_rewards") == "zero"
+    if not rewards_never_nan and (torch.isnan(nan_out).any() or not torch.isfinite(nan_out).all()):
+        # (a combination that scores None as 0, measured by probe_rewards, already says why
+        # the advantages never see a NaN)
         profile.set(
             "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
+        )
+
+
+def _probe_ignored_scaling(fn, candidate, profile: Profile, rewards, seen) -> None:
+    """An advantage function of the team's own that takes scale_rewards and ignores it (one
+    scaling, e.g. Dr. GRPO's none): pinned under `supported:` to the scaling it implements."""
+    import torch
+
+    if not _takes(fn, "scale_rewards") or not {"scale_rewards", "std_estimator"} & set(
+        profile.conventions
+    ):
+        return  # no formula fits: nothing measured to pin
+    measured = profile.conventions.get("scale_rewards", candidate.config["scale_rewards"])
+    allowed = candidate.supported.get("scale_rewards", ["group", "batch", "none"])
+    others = [v for v in ("group", "batch", "none") if v != measured and v in allowed]
+    ran = []
+    for value in others:
+        try:
+            ran.append(fn(rewards.clone(), 4, scale_rewards=value).detach().double())
+        except (ValueError, KeyError, NotImplementedError):
+            continue
+    if ran and all(torch.equal(other, seen) for other in ran):
+        profile.restrict(
+            "scale_rewards", [measured], f"scale_rewards {', '.join(others)} change nothing"
         )
 
 
@@ -232,7 +284,7 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
             profile.restrict("loss_type", [own], f"loss_type {', '.join(others)} change nothing")
             profile.conventions.pop("loss_type", None)
             profile.evidence.pop("loss_type", None)
-            chosen = _chosen_loss_type(candidate)
+            chosen = _chosen_loss_type(candidate, profile)
             if rule != conventions.aggregation_rule(config) and chosen:
                 profile.findings.append(
                     f"loss_aggregation: loss_type={chosen!r} is set but changes nothing: the loss"
@@ -272,14 +324,12 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
             profile.restrict(key, [own_value], f"{key}={value} changes nothing off policy")
 
 
-def _chosen_loss_type(candidate) -> str | None:
+def _chosen_loss_type(candidate, profile: Profile) -> str | None:
     """The loss_type the user set (in the YAML's `config:`, or in a trainer's GRPOConfig), not
     the release's default: a loss that ignores a chosen loss_type is a bug, not a convention."""
-    chosen = candidate.spec.config.get("loss_type")
-    adapter = sys.modules.get("checker.adapters.trl_adapter")
-    if chosen is None and candidate.spec.trainer and adapter is not None:
-        chosen = adapter.harness.declared_config().get("loss_type")
-    return chosen
+    if "loss_type" in candidate.spec.config or "loss_type" in profile.config_set:
+        return candidate.config["loss_type"]
+    return None
 
 
 def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
@@ -363,8 +413,20 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
     per_weight = grad / weights
     plain = beta * float(conventions.kl_gradient(d, estimator))
     corrected = plain + beta * float(conventions.kl_value(d, estimator))
+
+    def pin_if_ignored(measured: bool) -> None:
+        """A loss of the team's own takes use_bias_correction_kl and ignores it: pinned."""
+        if not _takes(fn, "use_bias_correction_kl"):
+            return
+        kwargs = {"beta": beta, "ref_per_token_logps": logps + d}
+        _, other = loss_and_grad(0.0, use_bias_correction_kl=not measured, **kwargs)
+        if torch.equal(other, grad):
+            how = f"use_bias_correction_kl={not measured} changes nothing"
+            profile.restrict("use_bias_correction_kl", [measured], how)
+
     if torch.allclose(per_weight, torch.full_like(per_weight, plain), rtol=1e-4):
         profile.set("use_bias_correction_kl", False, "on-policy KL gradient is beta * dk/dlogp")
+        pin_if_ignored(False)
         return
     if not torch.allclose(per_weight, torch.full_like(per_weight, corrected), rtol=1e-4):
         profile.findings.append(
@@ -373,6 +435,7 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
         )
         return
     profile.set("use_bias_correction_kl", True, "on-policy KL gradient gains beta * k")
+    pin_if_ignored(True)
     clipped = profile.conventions.get("policy_loss", "clipped") == "clipped"
     if not (clipped and _takes(fn, "old_per_token_logps")):
         return
@@ -537,6 +600,7 @@ def probe_update(candidate, profile: Profile) -> None:
 
 
 PROBES = (
+    probe_rewards,
     probe_advantages,
     probe_masking,
     probe_logprobs,
@@ -553,6 +617,10 @@ PROBE_STAGES = {"loss": "loss_aggregation", "kl_loss": "kl"}
 def measure(candidate) -> Profile:
     """Run every probe; a probe whose call raises becomes a finding naming the function."""
     profile = Profile()
+    adapter = sys.modules.get("checker.adapters.trl_adapter")
+    if candidate.spec.trainer and adapter is not None:
+        chosen = adapter.harness.declared_config()
+        profile.config_set = sorted(CONVENTION_ALIASES.get(k, k) for k in chosen)
     for probe in PROBES:
         try:
             probe(candidate, profile)
@@ -562,6 +630,7 @@ def measure(candidate) -> Profile:
             profile.findings.append(
                 f"{PROBE_STAGES.get(name, name)}: the candidate raised {type(error).__name__}: {text}"
             )
+    profile.own = {k: candidate.config.get(k) for k in profile.conventions}
     return profile
 
 
@@ -617,12 +686,10 @@ def run_profile(spec, timeout: float = PROFILE_TIMEOUT) -> Profile:
 
 
 def declared(profile: Profile) -> dict[str, object]:
-    """The measured conventions that differ from TRL's defaults: what a YAML must declare."""
-    return {k: v for k, v in profile.conventions.items() if DEFAULTS.get(k) != v}
-
-
-# The protocol's names of the conventions a GRPOConfig field sets (`epsilon` is `epsilon_low`).
-_GRPO_CONFIG_CONVENTIONS = {CONVENTION_ALIASES.get(f, f) for f in CONVENTION_FIELDS}
+    """The measured conventions that differ from the candidate's own (TRL's defaults, or a
+    trainer's release and config): what a YAML must declare."""
+    own = {**DEFAULTS, **profile.own}
+    return {k: v for k, v in profile.conventions.items() if own.get(k) != v}
 
 
 def _relative_reference(reference: str, folder: Path) -> str:
@@ -653,8 +720,8 @@ def yaml_text(spec, profile: Profile, write_path: Path) -> str:
     if spec.renames:
         document["functions"] = dict(spec.renames)
     measured = declared(profile)
-    if spec.trainer:  # the trainer's GRPOConfig states these; a measured difference is a failure
-        measured = {k: v for k, v in measured.items() if k not in _GRPO_CONFIG_CONVENTIONS}
+    if spec.trainer:  # what the trainer's GRPOConfig sets; a measured difference is a failure
+        measured = {k: v for k, v in measured.items() if k not in profile.config_set}
     config = {**spec.config, **measured}
     if config:
         document["config"] = config

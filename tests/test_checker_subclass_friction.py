@@ -118,3 +118,69 @@ def test_the_summary_prints_the_hint_after_the_verdict(monkeypatch, tmp_path):
     assert lines[-2].endswith("FAILED")
     assert lines[-1].startswith("hint: 5 checks fail across 3 stages")
     assert "grpo-check profile team.py:TeamTrainer --write team.yaml" in lines[-1]
+
+
+# -- the user family's team trainer: its own advantages and loss, profiled ----------------------
+
+REWARD_GATE = {"rewards.weighted_sum_matches_reference", "rewards.nan_entry_adds_nothing"}
+
+
+def _team_workspace(tmp_path, fixed: bool):
+    """user-flat-grad's workspace (TRL 1.16 untouched, `mygrpo/` the team's code), with its
+    oracle's files over it when `fixed`."""
+    import shutil
+
+    from task_harness.build import build_task
+    from task_harness.spec import TASKS_DIR, load_task
+
+    built = build_task(load_task(TASKS_DIR / "user-flat-grad"), tmp_path / "built")
+    workspace = built / "environment" / "workspace"
+    if fixed:
+        shutil.copytree(built / "solution" / "files", workspace, dirs_exist_ok=True)
+    return workspace
+
+
+@pytest.mark.xdist_group("profile")
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "buggy"])
+def test_the_user_familys_team_trainer_after_profile(fixed, tmp_path):
+    """The team's Dr. GRPO trainer (no std, a row-times-length normaliser, k3 without bias
+    correction, a None reward scored 0) is profiled into those conventions, and the options its
+    overrides take and ignore are pinned: fixed, the written file then fails only the two checks
+    of its reward gate (style rewards count only when the answer is right: not a weighted sum,
+    which no convention declares); with its bugs in, the ratio still fails."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    grpo_check = str(Path(sys.executable).parent / "grpo-check")
+    workspace = _team_workspace(tmp_path, fixed)
+    target = ["mygrpo/trainer.py:TeamGRPOTrainer", "--config", "mygrpo/config.py:TRAINING"]
+    subprocess.run(
+        [grpo_check, "profile", *target, "--write", "cfg.yaml"],
+        cwd=workspace,
+        capture_output=True,
+        timeout=600,
+    )
+    written = yaml.safe_load((workspace / "cfg.yaml").read_text())
+    checked = subprocess.run(
+        [grpo_check, "cfg.yaml", "--json"], cwd=workspace, capture_output=True, timeout=600
+    )
+    report = json.loads(checked.stdout)
+    failing = {r["check"] for r in report["results"] if r["status"] in ("fail", "error")}
+    if fixed:
+        assert written["config"] == {
+            "nan_rewards": "zero",
+            "scale_rewards": "none",
+            "loss_agg_mode": "seq-mean-token-sum-norm",
+            "use_bias_correction_kl": False,
+        }, written
+        assert written["supported"]["scale_rewards"] == ["none"], written
+        assert failing == REWARD_GATE, failing
+    else:
+        assert {
+            "ratio.on_policy_gradient_flows",
+            "ratio.sgd_step_follows_advantage_sign",
+        } <= failing

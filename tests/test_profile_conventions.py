@@ -251,6 +251,17 @@ ONE_AGGREGATION = """
 import torch
 
 
+def combine_rewards(rewards_per_func, reward_weights):
+    # a reward function that returned None scores 0
+    return (torch.nan_to_num(rewards_per_func) * torch.tensor(reward_weights)).sum(1)
+
+
+def compute_advantages(rewards, num_generations, scale_rewards="group"):
+    # Dr. GRPO: centred, never divided, whatever scale_rewards says
+    grouped = rewards.view(-1, num_generations)
+    return (grouped - grouped.mean(1, keepdim=True)).flatten()
+
+
 def compute_loss(
     per_token_logps, advantages, completion_mask, *, old_per_token_logps=None, loss_type="dapo",
     num_items_in_batch=None, importance_sampling_level="token", delta=None, epsilon_low=0.2,
@@ -270,20 +281,23 @@ def compute_loss(
 
 def test_options_the_loss_ignores_are_profiled_as_unsupported(tmp_path):
     """A loss that accepts loss_type, importance_sampling_level and delta and ignores them (one
-    aggregation, per-token ratios, no cap: a trainer's own loss) is profiled as such: `supported:`
-    pins each to its own value and `loss_agg_mode` names the aggregation; the written file checks
-    with no failure, the checks of the other options skipped and named. Set in `config:`, a
+    aggregation, per-token ratios, no cap: a trainer's own loss), and advantages that take
+    scale_rewards and never divide, are profiled as such: `supported:` pins each option to the
+    value implemented, `loss_agg_mode` names the aggregation and `nan_rewards: zero` the rewards'
+    None; the written file checks with no failure, the checks of the other options skipped. Set in `config:`, a
     loss_type the loss ignores is a finding instead: the user chose it and it does nothing."""
     (tmp_path / "one_agg.py").write_text(ONE_AGGREGATION)
     result = run("profile", "one_agg.py", "--json", "--write", "cfg.yaml", cwd=tmp_path)
     document = json.loads(result.stdout)
     assert result.returncode == 0, document
     assert document["supported"] == {
+        "scale_rewards": ["none"],
         "loss_type": ["dapo"],
         "importance_sampling_level": ["token"],
         "delta": [None],
     }
     assert document["conventions"]["loss_agg_mode"] == "token-mean"
+    assert document["conventions"]["nan_rewards"] == "zero"
     written = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
     assert written["supported"] == document["supported"]
     checked = run("cfg.yaml", "--json", cwd=tmp_path)

@@ -10,6 +10,7 @@ import shutil
 import pytest
 from test_tasks_spec import MECHANISM_WORDS
 
+from task_harness import generate
 from task_harness.build import build_task
 from task_harness.generate import (
     LOSS_STAGES,
@@ -63,9 +64,30 @@ def test_two_bugs_that_rewrite_the_same_text_are_never_drawn_together():
         assert not ids <= drawn, seed
 
 
+def test_a_bug_the_run_does_not_show_is_redrawn_and_the_others_kept(tmp_path, monkeypatch):
+    """Seed 3's first draw, with its measurement stood in (the run is the e2e's below): the bug
+    whose run looked like the fixed one is replaced, the other kept, and the spec written holds
+    the second draw and the sentences measured for it."""
+    rng = random.Random(3)
+    first = [d.bug.id for d in draw(CORPUS.bugs, rng, 2, exclude=set())]
+    measured = []
+
+    def measure(folder, bugs):
+        measured.append([d.bug.id for d in bugs])
+        return ["The reward stays at 0.123."], [first[1]] if len(measured) == 1 else []
+
+    monkeypatch.setattr(generate, "measure", measure)
+    spec = load_task(generate_task(3, 2, tmp_path / "specs", verify=False))
+    assert measured[0] == first and len(measured) == 2, measured
+    ids = [b.id for b in spec.bugs if b.kind == "bug"]
+    assert ids[0] == first[0] and first[1] not in ids and len(ids) == 2, (first, ids)
+    assert "The reward stays at 0.123." in " ".join(spec.instruction.split())
+
+
 @pytest.mark.xdist_group("tasks-generate")
 def test_a_generated_task_states_its_measured_symptoms_and_its_oracle_scores_one(tmp_path):
-    folder = generate_task(3, 2, tmp_path / "specs", verify=False)
+    # seed 0's first draw shows both bugs in its run, so its 4 training runs are measured once
+    folder = generate_task(0, 2, tmp_path / "specs", verify=False)
     spec = load_task(folder)
     text = " ".join(spec.instruction.split())  # the instruction is wrapped at 100 columns
     assert "Before the last refactor this run reached a mean reward of 0.9" in text
