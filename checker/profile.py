@@ -175,8 +175,14 @@ def probe_masking(candidate, profile: Profile) -> None:
             f"masking: ids [5, 6, EOS, EOS] with pad == EOS give mask {mask[0]}, not [1, 1, 1, 0]"
             " (the EOS token gets no gradient, or padding is trained on)"
         )
-    if mask[1] == [0, 0, 0, 0]:
+    dropped = mask[1] == [0, 0, 0, 0]
+    if dropped:
         profile.set("mask_truncated_completions", True, "a row without EOS is all 0")
+    if _takes(fn, "mask_truncated_completions"):  # a truncation rule of the team's own
+        other = fn(ids, [1], mask_truncated_completions=not dropped).detach().int().tolist()
+        if other == mask:
+            how = f"mask_truncated_completions={not dropped} changes nothing"
+            profile.restrict("mask_truncated_completions", [dropped], how)
 
 
 def probe_loss(candidate, profile: Profile) -> None:
@@ -299,29 +305,85 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
         return  # no ratio: nothing for a ratio level or a cap to change
     if not _takes(fn, "old_per_token_logps"):
         return
-    # Off policy: ratios 0.9..1.1 (inside the clip band) vary by token, and two tokens at 3.0
-    # with A < 0, where the unclipped term is in force and a cap of 1.5 would bind.
-    ratios = 0.9 + 0.2 * torch.rand(logps.shape, generator=torch.Generator().manual_seed(8))
+    _probe_ignored_ratio_level(fn, candidate, profile, inputs)
+    # Off policy, two tokens at ratio 3.0 with A < 0: the unclipped term is in force there, so a
+    # cap of 1.5 would bind; a loss without a cap is pinned to none.
+    if config["delta"] is not None or not _takes(fn, "delta"):
+        return
+    if 1.5 not in supported.get("delta", [1.5]):
+        return  # the release has no cap: its checks skip already
+    ratios = torch.ones_like(logps)
     ratios[0, :2] = 3.0
     old = logps - ratios.log()
-    off_policy = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old)
-    if off_policy is None:
+    uncapped = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old)
+    capped = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old, delta=1.5)
+    if uncapped is not None and _unchanged(uncapped, capped):
+        profile.restrict("delta", [None], "delta=1.5 changes nothing at ratio 3 with A < 0")
+
+
+def _band_ratios(logps):
+    """Per-token ratios 0.9..1.1, inside every clip band, unequal within each row (so a token's
+    ratio and its row's geometric mean differ)."""
+    import torch
+
+    return 0.9 + 0.2 * torch.rand(logps.shape, generator=torch.Generator().manual_seed(8))
+
+
+def _ratio_level(fn, inputs) -> str | None:
+    """The importance ratio the loss implements, from (off-policy gradient) / (on-policy
+    gradient) per token, inside the clip band with A < 0 (the normaliser cancels): the token's
+    own ratio (token level), or its row's geometric mean ratio on every token (GSPO's sequence
+    level); None when it is neither."""
+    import torch
+
+    logps, advantages, mask = inputs
+    ratios = _band_ratios(logps)
+    on_policy = _loss_and_grad(fn, logps, advantages, mask)
+    off_policy = _loss_and_grad(
+        fn, logps, advantages, mask, old_per_token_logps=logps - ratios.log()
+    )
+    if on_policy is None or off_policy is None:
+        return None
+    keep = mask.bool() & (on_policy[1] != 0)
+    seen = (off_policy[1][keep] / on_policy[1][keep]).double()
+    m = mask.double()
+    row_mean_log = (ratios.double().log() * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
+    sequence = torch.exp(row_mean_log).expand_as(m)
+    for level, expected in (("token", ratios.double()), ("sequence", sequence)):
+        if torch.allclose(seen, expected[keep], rtol=1e-4):
+            return level
+    return None
+
+
+def _probe_ignored_ratio_level(fn, candidate, profile: Profile, inputs) -> None:
+    """A loss of one ratio level that takes importance_sampling_level and ignores it: pinned to
+    the level it implements (measured, not the config's); a level the user set that it ignores
+    is a finding."""
+    logps, advantages, mask = inputs
+    own = candidate.config["importance_sampling_level"]
+    allowed = candidate.supported.get("importance_sampling_level", ["token", "sequence"])
+    if not _takes(fn, "importance_sampling_level") or "sequence" not in allowed:
         return
-    for key, value, own_value in (
-        ("importance_sampling_level", "sequence", "token"),
-        ("delta", 1.5, None),
-    ):
-        if config[key] != own_value or not _takes(fn, key):
-            continue
-        if own_value not in supported.get(key, [own_value]) or value not in supported.get(
-            key, [value]
-        ):
-            continue  # the release has no such option: its checks skip already
-        changed = _loss_and_grad(
-            fn, logps, advantages, mask, old_per_token_logps=old, **{key: value}
+    level = _ratio_level(fn, inputs)
+    if level is None:
+        return
+    other = "sequence" if level == "token" else "token"
+    old = {"old_per_token_logps": logps - _band_ratios(logps).log()}
+    as_measured = _loss_and_grad(fn, logps, advantages, mask, **old)
+    as_other = _loss_and_grad(fn, logps, advantages, mask, importance_sampling_level=other, **old)
+    if as_measured is None or not _unchanged(as_measured, as_other):
+        return
+    chosen = "importance_sampling_level" in candidate.spec.config
+    chosen |= "importance_sampling_level" in profile.config_set
+    if level != own and chosen:
+        profile.findings.append(
+            f"ratio: importance_sampling_level={own!r} is set but changes nothing: the ratio is"
+            f" per {level}"
         )
-        if _unchanged(off_policy, changed):
-            profile.restrict(key, [own_value], f"{key}={value} changes nothing off policy")
+        return
+    if level != own:
+        profile.set("importance_sampling_level", level, f"the ratio is per {level}, always")
+    profile.restrict("importance_sampling_level", [level], f"{other} level changes nothing")
 
 
 def _chosen_loss_type(candidate, profile: Profile) -> str | None:
@@ -466,6 +528,9 @@ def probe_clipping(candidate, profile: Profile) -> None:
     fn = candidate.functions.get("compute_loss")
     if fn is None or profile.conventions.get("policy_loss") in ("reinforce", "on_policy"):
         return
+    level = profile.conventions.get("importance_sampling_level")
+    if (level or candidate.config["importance_sampling_level"]) == "sequence":
+        return  # per-token ratios clip no GSPO row alike; the checks clip it at sequence level
     parameters = inspect.signature(fn).parameters
     if "old_per_token_logps" not in parameters:
         return
@@ -619,7 +684,7 @@ def measure(candidate) -> Profile:
     profile = Profile()
     adapter = sys.modules.get("checker.adapters.trl_adapter")
     if candidate.spec.trainer and adapter is not None:
-        chosen = adapter.harness.declared_config()
+        chosen = adapter.harness.chosen_config()
         profile.config_set = sorted(CONVENTION_ALIASES.get(k, k) for k in chosen)
     for probe in PROBES:
         try:

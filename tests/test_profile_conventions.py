@@ -325,3 +325,41 @@ def test_a_loss_that_honours_the_options_is_not_restricted(tmp_path):
     (tmp_path / "honours.py").write_text(shim)
     document = json.loads(run("profile", "honours.py", "--json", cwd=tmp_path).stdout)
     assert document["supported"] == {}, document
+
+
+GSPO_ALWAYS = """
+import torch
+
+
+def compute_loss(
+    per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+    importance_sampling_level="token", epsilon_low=0.2, epsilon_high=0.28,
+):
+    # GSPO whatever importance_sampling_level says: one ratio per row, the geometric mean of
+    # its tokens' ratios, clipped as one; rows averaged (seq-mean-token-mean)
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    log_ratio = ((per_token_logps - old) * mask).sum(1) / mask.sum(1).clamp(min=1)
+    ratio = torch.exp(log_ratio).unsqueeze(1).expand_as(per_token_logps)
+    a = advantages.unsqueeze(1)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    loss = -torch.min(ratio * a, clipped * a)
+    return ((loss * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+"""
+
+
+def test_a_loss_of_one_ratio_level_is_pinned_to_the_level_it_implements(tmp_path):
+    """A GSPO loss that ignores importance_sampling_level is measured as sequence level (from
+    its off- to on-policy gradient ratios, each token's its row's geometric mean) and pinned
+    there, not at the config's token; its written file checks with no failure in the ratio
+    stage, and the token-level ratio check is skipped, not failed."""
+    (tmp_path / "gspo.py").write_text(GSPO_ALWAYS)
+    result = run("profile", "gspo.py", "--json", "--write", "cfg.yaml", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    assert document["conventions"]["importance_sampling_level"] == "sequence", document
+    assert document["supported"]["importance_sampling_level"] == ["sequence"], document
+    checked = run("cfg.yaml", "--json", "--stage", "ratio", cwd=tmp_path)
+    report = json.loads(checked.stdout)
+    assert checked.returncode == 0, failing(report)
+    passed = {r["check"] for r in report["results"] if r["status"] == "pass"}
+    assert "ratio.sequence_ratio_is_geometric_mean" in passed, report["results"]

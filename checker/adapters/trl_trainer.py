@@ -79,6 +79,14 @@ def declared_config() -> dict[str, Any]:
     return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS}
 
 
+def chosen_config() -> dict[str, Any]:
+    """The user's values of those fields that differ from their config class's defaults: what
+    the user chose (a GRPOConfig instance carries every field; one left at its default is the
+    release's, not a choice)."""
+    defaults = trl_driver.config_defaults(_CHECKED.config_cls)
+    return {k: v for k, v in declared_config().items() if k not in defaults or defaults[k] != v}
+
+
 def _kept_config() -> dict[str, Any]:
     """The user's config values a build keeps: the GRPOConfig fields whose values the checks
     compare against (`CONVENTION_FIELDS`, in `trl_conventions`) and the subclass's own fields.
