@@ -15,6 +15,8 @@ are out of reach of any check that feeds the trainer fixed completions.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from rlzero.advantages import group_advantages
 from rlzero.config import RunConfig
@@ -98,16 +100,17 @@ def generate_completions(
     pad_token_id,
     temperature=1.0,
 ):
-    completions, _ = sample_groups(
-        model,
-        prompt_ids,
-        prompt_mask,
-        num_generations,
-        max_completion_length,
-        temperature,
-        _one_eos(eos_token_ids),
-        pad_token_id,
-    )
+    arguments = {
+        "group_size": num_generations,
+        "max_new_tokens": max_completion_length,
+        "eos_id": _one_eos(eos_token_ids),
+        "pad_id": pad_token_id,
+    }
+    # By name: a sampler that takes no temperature samples at 1, and the generation checks at
+    # another temperature then fail (a wrong distribution), rather than stopping on a TypeError.
+    if "temperature" in inspect.signature(sample_groups).parameters:
+        arguments["temperature"] = temperature
+    completions, _ = sample_groups(model, prompt_ids, prompt_mask, **arguments)
     return completions
 
 
