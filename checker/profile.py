@@ -118,7 +118,7 @@ def _probe_ignored_scaling(fn, candidate, profile: Profile, rewards, seen) -> No
     for value in others:
         try:
             ran.append(fn(rewards.clone(), 4, scale_rewards=value).detach().double())
-        except (ValueError, KeyError, NotImplementedError):
+        except (TypeError, ValueError, KeyError, NotImplementedError):
             continue
     if ran and all(torch.equal(other, seen) for other in ran):
         profile.restrict(
@@ -179,7 +179,10 @@ def probe_masking(candidate, profile: Profile) -> None:
     if dropped:
         profile.set("mask_truncated_completions", True, "a row without EOS is all 0")
     if _takes(fn, "mask_truncated_completions"):  # a truncation rule of the team's own
-        other = fn(ids, [1], mask_truncated_completions=not dropped).detach().int().tolist()
+        try:
+            other = fn(ids, [1], mask_truncated_completions=not dropped).detach().int().tolist()
+        except (TypeError, ValueError, KeyError, NotImplementedError):
+            return
         if other == mask:
             how = f"mask_truncated_completions={not dropped} changes nothing"
             profile.restrict("mask_truncated_completions", [dropped], how)
@@ -244,8 +247,8 @@ def _loss_and_grad(fn, logps, advantages, mask, **kwargs):
     leaf = logps.detach().clone().requires_grad_(True)
     try:
         loss = fn(leaf, advantages, mask, **kwargs)
-    except (ValueError, KeyError, NotImplementedError):
-        return None
+    except (TypeError, ValueError, KeyError, NotImplementedError):
+        return None  # (TypeError: **kwargs passed on to a function that does not take it)
     grad = None
     if loss.requires_grad:
         (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
@@ -408,7 +411,7 @@ def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
     for loss_type in ("grpo", "dr_grpo"):
         try:
             value = float(fn(leaf.detach().clone(), advantages, mask, loss_type=loss_type))
-        except (ValueError, KeyError, NotImplementedError):
+        except (TypeError, ValueError, KeyError, NotImplementedError):
             continue  # this loss type is not implemented: its checks skip too
         for empty_rows in ("counted", "excluded"):
             expected = float(
@@ -469,7 +472,10 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
         return float(loss), torch.zeros_like(leaf) if grad is None else grad.double()
 
     norm, weights = loss_and_grad(-1.0)
-    value, grad = loss_and_grad(0.0, beta=beta, ref_per_token_logps=logps + d)
+    try:
+        value, grad = loss_and_grad(0.0, beta=beta, ref_per_token_logps=logps + d)
+    except TypeError:  # **kwargs passed on to a loss without a KL term
+        return
     if value == 0.0 and not grad.any():
         return  # no KL term in the loss (kl_placement: reward, or beta ignored)
     per_weight = grad / weights
@@ -481,7 +487,10 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
         if not _takes(fn, "use_bias_correction_kl"):
             return
         kwargs = {"beta": beta, "ref_per_token_logps": logps + d}
-        _, other = loss_and_grad(0.0, use_bias_correction_kl=not measured, **kwargs)
+        try:
+            _, other = loss_and_grad(0.0, use_bias_correction_kl=not measured, **kwargs)
+        except (TypeError, ValueError, KeyError, NotImplementedError):
+            return
         if torch.equal(other, grad):
             how = f"use_bias_correction_kl={not measured} changes nothing"
             profile.restrict("use_bias_correction_kl", [measured], how)

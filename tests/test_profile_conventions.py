@@ -363,3 +363,14 @@ def test_a_loss_of_one_ratio_level_is_pinned_to_the_level_it_implements(tmp_path
     assert checked.returncode == 0, failing(report)
     passed = {r["check"] for r in report["results"] if r["status"] == "pass"}
     assert "ratio.sequence_ratio_is_geometric_mean" in passed, report["results"]
+
+
+def test_a_loss_that_passes_keywords_on_is_not_a_finding(tmp_path):
+    """compute_loss(**kwargs) handing every keyword to a helper that takes none of TRL's options:
+    profile's option probes get a TypeError there, which says the option is not taken (as a
+    signature without it would), not that the loss is broken: no finding, nothing pinned."""
+    shutil.copy(ALT / "kwargs_forwarding_loss.py", tmp_path)
+    result = run("profile", "kwargs_forwarding_loss.py", "--json", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    assert result.returncode == 0, document
+    assert document["findings"] == [] and document["supported"] == {}, document
