@@ -278,11 +278,16 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
     base = _loss_and_grad(fn, logps, advantages, mask)
     if base is None:
         return
+    local_count = False  # the token mean ignores num_items_in_batch: bnpo, not dapo
     if rule == "bnpo" and _takes(fn, "num_items_in_batch"):
         # dapo's normaliser is num_items_in_batch, bnpo's the local token count: equal here
         doubled = _loss_and_grad(fn, logps, advantages, mask, num_items_in_batch=2 * mask.sum())
-        if not _unchanged(base, doubled):
+        local_count = _unchanged(base, doubled)
+        if not local_count:
             rule = "dapo"
+    bnpo_taken = "bnpo" in supported.get("loss_type", ["bnpo"])
+    if local_count and bnpo_taken and profile.conventions.get("loss_type") == "dapo":
+        profile.set("loss_type", "bnpo", "the token mean ignores num_items_in_batch")
     own = config["loss_type"]
     if _takes(fn, "loss_type"):
         others = [t for t in CLIPPED_LOSS_TYPES if t != own]

@@ -163,3 +163,24 @@ def test_profile_takes_a_subclass_and_its_config_then_writes_a_trainer_yaml(tmp_
     }
     checked = run("cfg/cfg.yaml", "--json", "--stage", "advantages", cwd=tmp_path)
     assert checked.returncode == 0, failing(json.loads(checked.stdout))
+
+
+@pytest.mark.xdist_group("trl_matrix_0")  # the worker that fetches TRL 0.17
+def test_profile_of_stock_trl_0_17_measures_its_own_loss_type(tmp_path):
+    """TRL 0.17's default loss is bnpo (the local token count: num_items_in_batch changes
+    nothing), and profile says so; stock TRL gets no finding, and nothing is pinned but the one
+    option the release lacks (`use_bias_correction_kl`, whose checks skip there anyway)."""
+    from trl_releases import import_environment
+
+    done = subprocess.run(
+        [GRPO_CHECK, "profile", "trl", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=import_environment("0.17.0"),
+    )
+    document = json.loads(done.stdout)
+    assert done.returncode == 0, document
+    assert document["conventions"]["loss_type"] == "bnpo", document
+    assert document["supported"] == {"use_bias_correction_kl": [False]}, document
