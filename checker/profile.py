@@ -263,10 +263,10 @@ def _unchanged(base, other) -> bool:
 
 def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inputs) -> None:
     """Options the loss takes and ignores (a trainer's own `_compute_loss` that implements one
-    aggregation, one ratio level, no ratio cap): `supported:` pins each to the candidate's own
-    value, so the checks of the others skip instead of failing a loss that never claimed them.
-    Each is measured where TRL's formulas differ: loss types on unequal lengths with an empty
-    row, the sequence ratio and the cap `delta` off policy. An ignored `loss_type` also makes
+    aggregation, one ratio level, no ratio cap): `supported:` pins each to the value the loss
+    implements, so the checks of the others skip instead of failing a loss that never claimed
+    them. Each is measured where TRL's formulas differ: loss types on unequal lengths with an
+    empty row, the ratio level and the cap `delta` off policy. An ignored `loss_type` also makes
     the measured aggregation the candidate's whatever loss_type says (`loss_agg_mode`)."""
     import torch
 
@@ -298,10 +298,11 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
             profile.restrict("loss_type", [own], f"loss_type {', '.join(others)} change nothing")
             profile.conventions.pop("loss_type", None)
             profile.evidence.pop("loss_type", None)
-            chosen = _chosen_loss_type(candidate, profile)
-            if rule != conventions.aggregation_rule(config) and chosen:
+            if rule != conventions.aggregation_rule(config) and _chosen(
+                candidate, profile, "loss_type"
+            ):
                 profile.findings.append(
-                    f"loss_aggregation: loss_type={chosen!r} is set but changes nothing: the loss"
+                    f"loss_aggregation: loss_type={own!r} is set but changes nothing: the loss"
                     f" is the {rule} formula whatever loss_type says"
                 )
             elif rule != conventions.aggregation_rule(config):
@@ -381,9 +382,7 @@ def _probe_ignored_ratio_level(fn, candidate, profile: Profile, inputs) -> None:
     as_other = _loss_and_grad(fn, logps, advantages, mask, importance_sampling_level=other, **old)
     if as_measured is None or not _unchanged(as_measured, as_other):
         return
-    chosen = "importance_sampling_level" in candidate.spec.config
-    chosen |= "importance_sampling_level" in profile.config_set
-    if level != own and chosen:
+    if level != own and _chosen(candidate, profile, "importance_sampling_level"):
         profile.findings.append(
             f"ratio: importance_sampling_level={own!r} is set but changes nothing: the ratio is"
             f" per {level}"
@@ -394,12 +393,10 @@ def _probe_ignored_ratio_level(fn, candidate, profile: Profile, inputs) -> None:
     profile.restrict("importance_sampling_level", [level], f"{other} level changes nothing")
 
 
-def _chosen_loss_type(candidate, profile: Profile) -> str | None:
-    """The loss_type the user set (in the YAML's `config:`, or in a trainer's GRPOConfig), not
-    the release's default: a loss that ignores a chosen loss_type is a bug, not a convention."""
-    if "loss_type" in candidate.spec.config or "loss_type" in profile.config_set:
-        return candidate.config["loss_type"]
-    return None
+def _chosen(candidate, profile: Profile, key: str) -> bool:
+    """Whether the user set `key` (in the YAML's `config:`, or in a trainer's GRPOConfig) rather
+    than left the release's default: code that ignores a chosen value is a bug, not a convention."""
+    return key in candidate.spec.config or key in profile.config_set
 
 
 def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
