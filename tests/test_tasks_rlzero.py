@@ -276,3 +276,17 @@ def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_s
     )
     expected, seen = intended_by_stage["generation"], _observe(fixed, ["generation"])
     assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
+
+
+def test_the_loop_inputs_cross_to_the_child_as_plain_data(intended, tmp_path):
+    """The verifier passes the loop probes' inputs in the job as JSON (verify.intended_inputs,
+    rlzero_probes.main): what the child rebuilds from them gives the loop probes what the inputs
+    themselves give."""
+    from task_harness.verifier import plain
+
+    inputs = _inputs(intended)
+    crossed = plain.decode(json.loads(json.dumps(plain.encode(inputs))))
+    names = sorted(rlzero_probes.GIVEN)
+    direct, child = _observe(intended, [], names, inputs), _observe(intended, [], names, crossed)
+    assert [n for n in names if not judge.same(child[n], direct[n])] == []
+    assert not [n for n, v in direct.items() if isinstance(v, dict) and "error" in v]
