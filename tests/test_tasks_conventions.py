@@ -26,24 +26,42 @@ def _purge() -> None:
         del sys.modules[name]
 
 
-def _observe_all(root: Path) -> dict:
-    """Every probe on the rlzero under `root`."""
+def _observe_all(root: Path, inputs: dict | None = None, names: list[str] | None = None) -> dict:
+    """Every probe (or those `names`) on the rlzero under `root`, with the probes' `inputs` (None:
+    its own)."""
     _purge()
     sys.path.insert(0, str(root))
     try:
-        return rlzero_probes.observe(STAGES)
+        if names is not None:
+            return rlzero_probes.observe([], names, inputs)
+        return rlzero_probes.observe(STAGES, None, inputs)
+    finally:
+        sys.path.remove(str(root))
+        _purge()
+
+
+def _inputs(root: Path) -> dict:
+    """The probes' inputs a task's verifier passes: its intended trainer's."""
+    _purge()
+    sys.path.insert(0, str(root))
+    try:
+        return {"loop": rlzero_probes.loop_inputs()}
     finally:
         sys.path.remove(str(root))
         _purge()
 
 
 @pytest.fixture(scope="module")
-def intended(tmp_path_factory) -> dict[str, dict]:
-    """Each rz task's intended trainer, observed by every probe."""
+def trees(tmp_path_factory) -> dict[str, Path]:
+    """Each rz task's intended trainer."""
     out = tmp_path_factory.mktemp("rz-conventions")
-    return {
-        spec.id: _observe_all(build_task(spec, out) / "tests" / "expected") for spec in RZ_TASKS
-    }
+    return {spec.id: build_task(spec, out) / "tests" / "expected" for spec in RZ_TASKS}
+
+
+@pytest.fixture(scope="module")
+def intended(trees) -> dict[str, dict]:
+    """Each rz task's intended trainer, observed by every probe."""
+    return {spec.id: _observe_all(trees[spec.id]) for spec in RZ_TASKS}
 
 
 def _score(spec, seen: dict, expected: dict) -> float:
@@ -71,14 +89,18 @@ def test_each_task_passes_its_own_intended_trainer(intended):
         assert _score(spec, intended[spec.id], intended[spec.id]) == 1.0, spec.id
 
 
-def test_no_rz_task_oracle_solves_another(intended):
-    """Swapping any rz task's fixed rlzero into another rz task scores at most BASELINE_MAX."""
-    scores = {
-        (donor.id, spec.id): _score(spec, intended[donor.id], intended[spec.id])
-        for spec in RZ_TASKS
-        for donor in RZ_TASKS
-        if donor.id != spec.id
-    }
+def test_no_rz_task_oracle_solves_another(intended, trees):
+    """Swapping any rz task's fixed rlzero into another rz task scores at most BASELINE_MAX. The
+    donor is observed as that task's verifier observes it: the probes that take inputs get the
+    task's (its intended trainer's)."""
+    given = sorted(rlzero_probes.GIVEN)
+    scores = {}
+    for spec in RZ_TASKS:
+        inputs = _inputs(trees[spec.id])
+        for donor in RZ_TASKS:
+            if donor.id != spec.id:
+                seen = intended[donor.id] | _observe_all(trees[donor.id], inputs, given)
+                scores[donor.id, spec.id] = _score(spec, seen, intended[spec.id])
     high = {pair: s for pair, s in scores.items() if s > BASELINE_MAX}
     assert not high, f"a sibling's oracle scores above {BASELINE_MAX}: {high}"
 

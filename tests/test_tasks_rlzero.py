@@ -25,12 +25,27 @@ def _purge() -> None:
         del sys.modules[name]
 
 
-def _observe(root: Path, stages: list[str], probes: list[str] | None = None) -> dict:
-    """The probes of `stages` on the rlzero under `root`, as the verifier compares them."""
+def _observe(
+    root: Path, stages: list[str], probes: list[str] | None = None, inputs: dict | None = None
+) -> dict:
+    """The probes of `stages` on the rlzero under `root`, as the verifier compares them, with the
+    probes' `inputs` (the intended rlzero's, as the verifier passes them; None: `root` makes its
+    own)."""
     _purge()
     sys.path.insert(0, str(root))
     try:
-        return rlzero_probes.observe(stages, probes)
+        return rlzero_probes.observe(stages, probes, inputs)
+    finally:
+        sys.path.remove(str(root))
+        _purge()
+
+
+def _inputs(root: Path) -> dict:
+    """The probes' inputs as the rlzero under `root` makes them (verify.intended_inputs)."""
+    _purge()
+    sys.path.insert(0, str(root))
+    try:
+        return {"loop": rlzero_probes.loop_inputs()}
     finally:
         sys.path.remove(str(root))
         _purge()
@@ -98,14 +113,39 @@ def _trainer_with_setup(root: Path, spec) -> Path:
 
 
 @pytest.fixture(scope="module")
-def intended_by_task(tmp_path_factory):
+def intended_tree(tmp_path_factory):
+    """Each task's trainer without its bugs, built once."""
+    trees: dict[str, Path] = {}
+
+    def tree(spec) -> Path:
+        if spec.id not in trees:
+            trees[spec.id] = _trainer_with_setup(tmp_path_factory.mktemp(spec.id) / "tree", spec)
+        return trees[spec.id]
+
+    return tree
+
+
+@pytest.fixture(scope="module")
+def task_inputs(intended_tree):
+    """The probes' inputs each task's verifier passes (its intended trainer's), computed once."""
+    made: dict[str, dict] = {}
+
+    def inputs(spec) -> dict:
+        if spec.id not in made:
+            made[spec.id] = _inputs(intended_tree(spec))
+        return made[spec.id]
+
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def intended_by_task(intended_tree):
     """The observations of each task's trainer without its bugs, per (task, stage), computed once."""
     seen: dict[tuple[str, str], dict] = {}
 
     def observe(spec, stage: str) -> dict:
         if (spec.id, stage) not in seen:
-            root = _trainer_with_setup(tmp_path_factory.mktemp(spec.id) / "tree", spec)
-            seen[spec.id, stage] = _observe(root, [stage])
+            seen[spec.id, stage] = _observe(intended_tree(spec), [stage])
         return seen[spec.id, stage]
 
     return observe
@@ -115,7 +155,7 @@ def intended_by_task(tmp_path_factory):
     "spec, patch, stage", TASK_BUGS, ids=[f"{s.id}:{p.id}" for s, p, _ in TASK_BUGS]
 )
 def test_every_bug_is_seen_under_its_tasks_conventions(
-    spec, patch, stage, intended_by_task, tmp_path
+    spec, patch, stage, intended_by_task, task_inputs, tmp_path
 ):
     """A bug alone in its own task's trainer (its conventions applied) changes what a probe of its
     stage sees. Not the base trainer: a convention may hide a bug there or show one only there (a
@@ -123,31 +163,38 @@ def test_every_bug_is_seen_under_its_tasks_conventions(
     token count changes nothing under the base's dr_grpo), and the task scores its own trainer."""
     buggy = _trainer_with_setup(tmp_path / "buggy", spec)
     patch.mutant.apply(buggy)
-    expected, seen = intended_by_task(spec, stage), _observe(buggy, [stage])
+    expected, seen = (
+        intended_by_task(spec, stage),
+        _observe(buggy, [stage], None, task_inputs(spec)),
+    )
     differing = [n for n in expected if not judge.same(seen[n], expected[n])]
     assert differing, f"{spec.id}: {patch.id} is seen by no probe of stage {stage}"
 
 
-# Known couplings (task, the bug left in): the probes of the loop (`kl.learner`, `kl.accumulated`,
-# `reference_model.learner`, `update.*`, `ratio.second_pass`, `*.rollout`) run the task's own
-# rollout and learner end to end, so a masking, layout, scoring or objective bug left in changes
-# what they see, and a right fix of their stage scores 0 until it is fixed too. Open: each loop
-# probe would have to run every other stage's intended code. strict: a pair that stops failing is
-# taken out, and a new coupling fails the test.
+# Known couplings (task, the bug left in): with that bug left in and the others fixed, a probe of a
+# fixed bug's stage still fails. The loop probes (`update.*`, `kl.*`, `ratio.second_pass`,
+# `reference_model.learner`) and `advantages.rollout` run a one-prompt rollout (no row layout)
+# whose counted tokens, reward-function scores and rows left out are the verifier's inputs (the
+# intended trainer's, `rlzero_probes.loop_inputs`); the KL probes take one pass (the old policy
+# across passes is the ratio stage's); `reference_model.learner` reads the reference itself, not
+# the KL the objective logs; `logprobs.rollout` takes completions no masking rule cuts. So a
+# masking, reward, layout, pass or objective bug left in no longer reaches a fixed stage. What
+# remains runs in the fixed stage's own computation. strict: a pair that stops failing is taken
+# out, and a new coupling fails the test.
 COUPLED = {
+    # The micro-batches' token normaliser is the KL term's too: `kl.accumulated` weighs the
+    # penalty in an accumulated step, and that step's normaliser is the update's.
     ("rz-accum-kl", "micro_batch_token_normaliser"),
-    ("rz-accum-kl", "reward_rows_tiled"),
-    ("rz-eos-stop", "eos_not_counted"),
-    ("rz-format-kl", "kl_on_sampling_policy"),
-    ("rz-format-kl", "pad_masks_eos"),
-    ("rz-format-shift", "eos_not_counted"),
+    # The scorer is the update's own forward pass: a shifted or untempered scorer left in changes
+    # the log-probs the update differentiates, so its loss and its step.
     ("rz-format-shift", "logit_shift_off_by_one"),
-    ("rz-format-stop", "pad_masks_eos"),
-    ("rz-kl-anchor", "old_logprobs_per_pass"),
-    ("rz-succ-pairs", "prompts_tiled_for_scoring"),
-    ("rz-succ-pairs", "rollout_std_scale"),
-    ("rz-succ-temperature", "epsilon_after_division"),
     ("rz-succ-temperature", "scoring_without_temperature"),
+    # The loop's advantages are the learner's own (from the given scores): they carry the task's
+    # conventions (the std's divisor and epsilon, task_harness/conventions.py), the one thing that
+    # keeps a sibling task's fixed trainer from solving a task whose bug stages have none (given
+    # advantages let three siblings' oracles score 1.0 on rz-eos-stop,
+    # tests/test_tasks_conventions.py). So a bug in how the epsilon enters reaches the loop.
+    ("rz-succ-temperature", "epsilon_after_division"),
 }
 
 
@@ -169,7 +216,9 @@ def test_every_known_coupling_names_a_bug_of_its_task():
     ],
     ids=[f"{s.id}:{p.id}" for s, p, _ in TASK_BUGS],
 )
-def test_the_bugs_fixed_score_whichever_one_is_left(spec, patch, stage, intended_by_task, tmp_path):
+def test_the_bugs_fixed_score_whichever_one_is_left(
+    spec, patch, stage, intended_by_task, task_inputs, tmp_path
+):
     """A fix of every bug but one scores the fixed ones: with only `patch` left in, every probe of
     the other bugs' stages sees what the intended trainer gives. (rz-trust-region's blind agents
     fixed its update bug, left its clipping bug, and scored 0 on the update while the update
@@ -177,7 +226,7 @@ def test_the_bugs_fixed_score_whichever_one_is_left(spec, patch, stage, intended
     others = {b.stage for b in spec.bugs if b.kind == "bug" and b.id != patch.id} - {stage}
     left_in = _trainer_with_setup(tmp_path / "left-in", spec)
     patch.mutant.apply(left_in)
-    seen = _observe(left_in, sorted(others))
+    seen = _observe(left_in, sorted(others), None, task_inputs(spec))
     differing = [
         name
         for other in sorted(others)
@@ -227,3 +276,17 @@ def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_s
     )
     expected, seen = intended_by_stage["generation"], _observe(fixed, ["generation"])
     assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
+
+
+def test_the_loop_inputs_cross_to_the_child_as_plain_data(intended, tmp_path):
+    """The verifier passes the loop probes' inputs in the job as JSON (verify.intended_inputs,
+    rlzero_probes.main): what the child rebuilds from them gives the loop probes what the inputs
+    themselves give."""
+    from task_harness.verifier import plain
+
+    inputs = _inputs(intended)
+    crossed = plain.decode(json.loads(json.dumps(plain.encode(inputs))))
+    names = sorted(rlzero_probes.GIVEN)
+    direct, child = _observe(intended, [], names, inputs), _observe(intended, [], names, crossed)
+    assert [n for n in names if not judge.same(child[n], direct[n])] == []
+    assert not [n for n, v in direct.items() if isinstance(v, dict) and "error" in v]

@@ -19,12 +19,16 @@ from collections.abc import Callable
 import torch
 
 PROBES: dict[str, tuple[str, Callable]] = {}
+# The probes that take the verifier's inputs (INPUTS): what they see depends on them.
+GIVEN: set[str] = set()
 EOS, PAD = 1, 0
 
 
-def probe(name: str, stage: str):
+def probe(name: str, stage: str, given: bool = False):
     def register(fn: Callable) -> Callable:
         PROBES[name] = (stage, fn)
+        if given:
+            GIVEN.add(name)
         return fn
 
     return register
@@ -162,9 +166,19 @@ def _():
     return rz("sampling").completion_tokens_mask(PADDED, EOS)
 
 
-def _fixed_rollout(completions: torch.Tensor, config: dict, seed: int = 4):
-    """Learner.rollout with sampling replaced by `completions` (as the sampler would return them
-    for the prompts "1 =" and "A ="), so every later step of the rollout is deterministic."""
+ROLLOUT_ROWS = [{"prompt": "1 =", "answer": "2"}, {"prompt": "A =", "answer": "7"}]
+
+
+def _fixed_rollout(
+    completions: torch.Tensor,
+    config: dict,
+    seed: int = 4,
+    rows: list[dict] = ROLLOUT_ROWS,
+    reward_fns: list[Callable] | None = None,
+):
+    """Learner.rollout of `rows` with sampling replaced by `completions` (as the sampler would
+    return them for those prompts), so every later step of the rollout is deterministic; scored
+    by `reward_fns` (default: the prompt's answer, recorded, and `_length_or_none`)."""
     learner_module = rz("learner")
     model, tokenizer = _tiny(seed)
     seen = {}
@@ -176,18 +190,22 @@ def _fixed_rollout(completions: torch.Tensor, config: dict, seed: int = 4):
         seen.setdefault("completions", list(completions))
         return _answers(prompts, completions, completion_ids, answer)
 
+    cfg = _config(**config)
+    reward_fns = reward_fns or [recorded, _length_or_none]
+    learner = learner_module.Learner(cfg, model, tokenizer, reward_fns)
+    return learner, _rollout_of(learner, completions, seed, rows), seen
+
+
+def _rollout_of(learner, completions: torch.Tensor, seed: int, rows: list[dict]):
+    """`learner.rollout(rows)` with sampling replaced by `completions`."""
+    learner_module = rz("learner")
     sampled_logp = -torch.rand(completions.shape, generator=_gen(seed))
     original = learner_module.sample_groups
     learner_module.sample_groups = lambda *args, **kwargs: (completions.clone(), sampled_logp)
     try:
-        cfg = _config(**config)
-        learner = learner_module.Learner(cfg, model, tokenizer, [recorded, _length_or_none])
-        batch = learner.rollout(
-            [{"prompt": "1 =", "answer": "2"}, {"prompt": "A =", "answer": "7"}]
-        )
+        return learner.rollout([dict(row) for row in rows])
     finally:
         learner_module.sample_groups = original
-    return learner, batch, seen
 
 
 # Two prompts, G = 3: token 4 is "2", 9 is "7", 1 is EOS (and the pad).
@@ -223,16 +241,30 @@ def _():
 
 
 # --- rollout (advantages and old log-probs as the loop computes them) ----------------------------
-@probe("advantages.rollout", "advantages")
+@probe("advantages.rollout", "advantages", given=True)
 def _():
-    _, batch, _ = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
+    """The advantages the rollout computes from its rewards (the configured estimator, epsilon
+    and std), on the loop's rollout, whose reward functions return the given scores: how the
+    rollout counts tokens or lays out reward rows is not this stage's."""
+    given = INPUTS.get("loop") or loop_inputs()
+    _, batch, _ = _fixed_rollout(
+        LOOP_COMPLETIONS, LOOP_BASE, rows=LOOP_ROWS, reward_fns=_scorers(given=given["scores"])
+    )
     return batch.advantages
+
+
+# Two prompts, G = 3, every completion cut at the length limit (no EOS): every masking rule counts
+# all of their tokens, so how the rollout counts tokens (masking.rollout) does not reach the old
+# log-probs it keeps.
+UNSTOPPED_COMPLETIONS = torch.tensor(
+    [[4, 5, 4], [5, 4, 9], [4, 4, 4], [9, 9, 7], [7, 9, 9], [9, 9, 4]]
+)
 
 
 @probe("logprobs.rollout", "logprobs")
 def _():
-    """The rollout keeps the sampler's log-probs of the counted tokens as the old policy's."""
-    _, batch, _ = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
+    """The rollout keeps the sampler's log-probs as the old policy's."""
+    _, batch, _ = _fixed_rollout(UNSTOPPED_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
     return batch.old_logp
 
 
@@ -330,70 +362,137 @@ def _():
 
 
 # --- the loop: passes over one rollout, the reference policy, the update --------------------------
-def _learned(config: dict, completions: torch.Tensor = ROLLOUT_COMPLETIONS):
-    """`Learner.learn` on the fixed rollout, whose old log-probs are the policy's own, scored as
-    the learner scores them: the first pass's ratio is 1 whatever the trust region, and a fix
-    that scores the old log-probs in a forward pass of its own (TRL's way without vLLM) sees
-    what the sampler's log-probs give. So a loop probe sees its stage: no trust region, however
-    written, clips a first pass (a task with a clipping bug and an update bug scores the update
-    fix alone), and no valid source of the old log-probs is mistaken for a bug."""
-    base = {"group_size": 3, "max_new_tokens": 3, "lr": 1e-2}
-    learner, batch, _ = _fixed_rollout(completions, base | config)
-    with torch.no_grad():
-        own = rz("learner").completion_logprobs(
-            learner.policy,
-            batch.input_ids,
-            batch.attention_mask,
-            batch.completion_mask.size(1),
-            learner.cfg.temperature,
-        )
-    batch.old_logp = own * batch.completion_mask
-    loss, stats = learner.learn(batch)
+# The loop's rollout: one prompt, G = 6 ("1 =", answer "2"; token 4 is "2", 9 is "7", 1 is EOS and
+# the pad). One prompt, so no question of how several prompts' rows are laid out (the generation
+# and rewards stages' probes ask it) reaches the loop.
+LOOP_ROWS = [{"prompt": "1 =", "answer": "2"}]
+LOOP_COMPLETIONS = torch.tensor([[4, 1, 1], [5, 4, 1], [4, 4, 4], [9, 1, 1], [1, 1, 1], [4, 9, 1]])
+LOOP_BASE = {"group_size": 6, "max_new_tokens": 3, "lr": 1e-2}
+# The inputs of the probes that take any (observe's `inputs`): {"loop": loop_inputs()}.
+INPUTS: dict = {}
+
+
+def _scorers(record: list | None = None, given: list | None = None) -> list[Callable]:
+    """The loop's reward functions, `_answers` and `_length_or_none`: each records what it
+    returns in `record`, or returns its column of `given` whatever it is handed."""
+
+    def scorer(k: int, fn: Callable) -> Callable:
+        def score(prompts, completions, completion_ids, **columns):
+            if given is not None:
+                return list(given[k])
+            values = fn(prompts, completions, completion_ids, **columns)
+            record.append(list(values))
+            return values
+
+        return score
+
+    return [scorer(k, fn) for k, fn in enumerate((_answers, _length_or_none))]
+
+
+def loop_inputs() -> dict:
+    """What the stages before the update make of the loop's rollout, on the rlzero importable now:
+    the counted tokens (`completion_mask`), what each reward function returns for each row
+    (`scores`, with the counted tokens it is handed) and the rows the loss leaves out. The
+    verifier computes them on the intended rlzero and passes them to both sides (the job's
+    "inputs"), so a masking or reward bug left in the agent's rollout does not reach the loop
+    probes of a stage it fixed; the child only uses them. The advantages are left to the
+    learner: they carry the task's conventions (conventions.py)."""
+    record: list = []
+    _, batch, _ = _fixed_rollout(
+        LOOP_COMPLETIONS, LOOP_BASE, rows=LOOP_ROWS, reward_fns=_scorers(record)
+    )
+    return {
+        "completion_mask": batch.completion_mask,
+        "scores": record,
+        "left_out": batch.left_out,
+    }
+
+
+def _learned(config: dict) -> dict:
+    """The loss, statistics and parameters after `_learn(config)`."""
+    learner, loss, stats = _learn(config)
     params = torch.cat([p.detach().flatten() for p in learner.policy.parameters()])
     return {"loss": loss, "stats": stats, "params": params}
 
 
-@probe("ratio.second_pass", "ratio")
+def _learn(config: dict):
+    """`Learner.learn` on the loop's rollout as the learner's own `rollout` makes it (its input
+    ids, rewards, advantages and reference log-probs: a bug in how the rollout scores the
+    reference is the KL stage's), but with what the stages before it make given
+    (`INPUTS["loop"]`, the intended rlzero's): the reward functions return the given scores, and
+    the counted tokens and rows left out are the given ones. Its old log-probs are the policy's
+    own, scored as the learner scores them: the first pass's ratio is 1 whatever the trust
+    region, and a fix that scores the old log-probs in a forward pass of its own (TRL's way
+    without vLLM) sees what the sampler's log-probs give. So a loop probe sees its stage: no trust
+    region, however written, clips a first pass (a task with a clipping bug and an update bug
+    scores the update fix alone), no valid source of the old log-probs is mistaken for a bug, and
+    a masking, reward or row-layout bug left in changes nothing here."""
+    given = INPUTS.get("loop") or loop_inputs()
+    learner, batch, _ = _fixed_rollout(
+        LOOP_COMPLETIONS,
+        LOOP_BASE | config,
+        rows=LOOP_ROWS,
+        reward_fns=_scorers(given=given["scores"]),
+    )
+    mask = given["completion_mask"]
+    n_new = mask.size(1)
+    prompt_attention = batch.attention_mask[:, :-n_new]
+    batch.completion_mask = mask.clone()
+    batch.attention_mask = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], 1)
+    batch.left_out = None if given["left_out"] is None else given["left_out"].clone()
+    with torch.no_grad():
+        own = rz("learner").completion_logprobs(
+            learner.policy, batch.input_ids, batch.attention_mask, n_new, learner.cfg.temperature
+        )
+    batch.old_logp = own * batch.completion_mask
+    loss, stats = learner.learn(batch)
+    return learner, loss, stats
+
+
+@probe("ratio.second_pass", "ratio", given=True)
 def _():
     return _learned({"passes": 2, "lr": 5e-2})
 
 
-@probe("update.one_pass", "update")
+@probe("update.one_pass", "update", given=True)
 def _():
     return _learned({"passes": 1})
 
 
-@probe("update.accumulated", "update")
+@probe("update.accumulated", "update", given=True)
 def _():
     """One optimizer step run as two micro-batches: the step the whole rollout's gradient takes."""
     return _learned({"passes": 1, "grad_accum_steps": 2})
 
 
-@probe("update.accumulated_token_mean", "update")
+@probe("update.accumulated_token_mean", "update", given=True)
 def _():
     """The same with a token-mean loss ("dapo"): the two micro-batches count different numbers of
     tokens, and the step still normalises by the whole step's count."""
     return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"})
 
 
-@probe("kl.learner", "kl")
+# The KL probes take one pass over the rollout as two optimizer steps (the penalty is 0 at the first,
+# nonzero at the second): a first pass's old log-probs are the policy's own however a fix sources
+# them, so how the old policy is kept across passes (the ratio stage's) does not reach them.
+@probe("kl.learner", "kl", given=True)
 def _():
-    return _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2})
+    return _learned({"minibatches": 2, "kl_coef": 0.05, "lr": 5e-2})
 
 
-@probe("kl.accumulated", "kl")
+@probe("kl.accumulated", "kl", given=True)
 def _():
-    """Two passes, each one optimizer step run as two micro-batches, with a KL penalty (nonzero
-    from the second pass on): the penalty weighs against the policy loss as in a step taken
-    whole."""
-    return _learned({"passes": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2})
+    """Two optimizer steps, each run as two micro-batches, with a KL penalty (nonzero from the
+    second step on): the penalty weighs against the policy loss as in a step taken whole."""
+    return _learned({"minibatches": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2})
 
 
-@probe("kl.tempered", "kl")
+@probe("kl.tempered", "kl", given=True)
 def _():
-    """Two passes with a KL penalty at sampling temperature 0.7: the reference is the initial
-    policy at the temperature the run samples and scores at, so the first step's KL is 0."""
-    return _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2, "temperature": 0.7})
+    """Two optimizer steps with a KL penalty at sampling temperature 0.7: the reference is the
+    initial policy at the temperature the run samples and scores at, so the first step's KL is
+    0."""
+    return _learned({"minibatches": 2, "kl_coef": 0.05, "lr": 5e-2, "temperature": 0.7})
 
 
 @probe("reference_model.frozen_copy", "reference_model")
@@ -424,11 +523,16 @@ def _():
     return [cfg.ref_sync_every, cfg.ref_sync_alpha]
 
 
-@probe("reference_model.learner", "reference_model")
+@probe("reference_model.learner", "reference_model", given=True)
 def _():
-    """The learner's reference stays the initial policy while the policy learns."""
-    out = _learned({"passes": 2, "kl_coef": 0.05, "lr": 5e-2})
-    return out["stats"]
+    """The learner's reference stays the initial policy while the policy learns: its log-probs of
+    the loop's completions as the learner's next rollout scores them, after two passes with a KL
+    penalty. Read from the reference itself, not from the KL the learner logs, so a bug of the
+    objective or of the passes left in changes nothing here."""
+    learner, _, _ = _learn({"passes": 2, "kl_coef": 0.05, "lr": 5e-2})
+    again = _rollout_of(learner, LOOP_COMPLETIONS, 4, LOOP_ROWS)
+    mask = (INPUTS.get("loop") or loop_inputs())["completion_mask"]
+    return again.ref_logp * mask  # positions after a completion's end may hold anything
 
 
 # --- generation ---------------------------------------------------------------------------------
@@ -470,9 +574,13 @@ def _():
 
 
 # --- running ------------------------------------------------------------------------------------
-def observe(stages: list[str], only: list[str] | None = None) -> dict:
+def observe(stages: list[str], only: list[str] | None = None, inputs: dict | None = None) -> dict:
     """Run every probe of `stages` (and those named in `only`) on the rlzero importable now; an
-    exception becomes an {"error": ...} observation."""
+    exception becomes an {"error": ...} observation. `inputs` are those of the probes that take
+    any ({"loop": loop_inputs()} of the intended rlzero); without them, the rlzero importable now
+    makes its own."""
+    INPUTS.clear()
+    INPUTS.update(inputs or {})
     seen = {}
     for name, (stage, fn) in PROBES.items():
         if stage not in stages and name not in (only or ()):
@@ -489,7 +597,8 @@ def main(job: dict) -> None:
     import plain
 
     torch.set_num_threads(1)
-    plain.dump(observe(job["stages"], job.get("probes")), job["out"])
+    inputs = plain.decode(job["inputs"]) if "inputs" in job else None
+    plain.dump(observe(job["stages"], job.get("probes"), inputs), job["out"])
 
 
 if __name__ == "__main__":

@@ -578,8 +578,27 @@ def _decoy_problems(task: dict, seen: dict, intended: dict) -> dict[str, list[st
     }
 
 
-def intended_observations(checks: list[str], named: list[str]) -> dict:
-    """The probes of `checks` and `named` on the intended rlzero (`expected/`), run here.
+def _import_intended_rlzero() -> None:
+    """`import rlzero` in this process gives the intended rlzero (`expected/`)."""
+    expected = str(TESTS_DIR / "expected")
+    if expected not in sys.path:
+        sys.path.insert(0, expected)
+
+
+def intended_inputs() -> dict:
+    """The inputs the probes take, made here by the intended rlzero (`expected/`): the loop
+    probes' rollout as the stages before the update make it (rlzero_probes.loop_inputs). Both
+    sides get them, so a bug left in an earlier stage of the agent's rollout does not reach the
+    probes of a later stage it fixed; the child only uses them, it judges nothing."""
+    import rlzero_probes
+
+    _import_intended_rlzero()
+    return _as_plain({"loop": rlzero_probes.loop_inputs()})
+
+
+def intended_observations(checks: list[str], named: list[str], inputs: dict | None = None) -> dict:
+    """The probes of `checks` and `named` on the intended rlzero (`expected/`), run here, with
+    `inputs` (intended_inputs).
 
     The local runner names a cache folder of its own ($GRPO_TASK_CACHE, outside every view, so
     no agent code can write there) where the result is kept under a digest of everything it
@@ -588,10 +607,10 @@ def intended_observations(checks: list[str], named: list[str]) -> dict:
     Without the variable (Harbor) it is computed every time."""
     import rlzero_probes
 
-    sys.path.insert(0, str(TESTS_DIR / "expected"))
+    _import_intended_rlzero()
     cache = os.environ.get("GRPO_TASK_CACHE")
     if not cache:
-        return _as_plain(rlzero_probes.observe(checks, named))
+        return _as_plain(rlzero_probes.observe(checks, named, inputs))
     import torch
     import transformers
 
@@ -611,7 +630,7 @@ def intended_observations(checks: list[str], named: list[str]) -> dict:
     path = Path(cache) / f"rlzero-intended-{key}.json"
     if path.is_file():
         return plain.load(path)
-    intended = _as_plain(rlzero_probes.observe(checks, named))
+    intended = _as_plain(rlzero_probes.observe(checks, named, inputs))
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     plain.dump(intended, partial)
@@ -628,11 +647,12 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
     named = sorted({name for decoy in task["decoys"] for name in decoy["probes"]})
-    job = {"stages": checks, "probes": named}
+    inputs = intended_inputs()
+    job = {"stages": checks, "probes": named, "inputs": plain.encode(inputs)}
     seen, cause = children.observe(job)
     if seen is None:
         return {stage: [cause] for stage in checks} | {d["id"]: [cause] for d in task["decoys"]}
-    intended = intended_observations(checks, named)
+    intended = intended_observations(checks, named, inputs)
     problems: dict[str, list[str]] = {stage: [] for stage in checks}
     for name, expected in intended.items():
         stage = rlzero_probes.PROBES[name][0]
