@@ -93,10 +93,13 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: len(run.steps) == 1 and run.crash.startswith("RuntimeError"),
         ),
         Claim("reads 1.0000", "all bugs", lambda run: run.steps[0]["ratio_max"] == 1.0),
+        # After a pass's update some token is likelier than it was, so the next pass's largest
+        # ratio exceeds 1. (The block means were 1.2-5 when first stated and 1.15-2.4 on a later
+        # clean clone of the same code and seed: a figure that moves is not stated.)
         Claim(
-            "averaging between 1.2 and 5 over each block of ten rollouts",
+            "gave a value above 1 on every rollout",
             "fixed",
-            lambda run: all(within(v, 1.2, 5) for v in run.blocks("ratio_max")),
+            lambda run: all(v > 1.0 for v in column(run, "ratio_max")),
         ),
     ],
     "rz-eos-stop": [
