@@ -6,10 +6,10 @@ it guards passes, must equal the task's intended trainer's)."""
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
+from rlzero_harness import inputs_of, observe
 
 from task_harness.baselines import BASELINE_MAX
 from task_harness.build import build_task
@@ -21,34 +21,12 @@ RZ_TASKS = [spec for spec in load_tasks() if spec.trainer == "rlzero"]
 STAGES = sorted({stage for stage, _ in rlzero_probes.PROBES.values()})
 
 
-def _purge() -> None:
-    for name in [m for m in sys.modules if m == "rlzero" or m.startswith("rlzero.")]:
-        del sys.modules[name]
-
-
 def _observe_all(root: Path, inputs: dict | None = None, names: list[str] | None = None) -> dict:
     """Every probe (or those `names`) on the rlzero under `root`, with the probes' `inputs` (None:
     its own)."""
-    _purge()
-    sys.path.insert(0, str(root))
-    try:
-        if names is not None:
-            return rlzero_probes.observe([], names, inputs)
-        return rlzero_probes.observe(STAGES, None, inputs)
-    finally:
-        sys.path.remove(str(root))
-        _purge()
-
-
-def _inputs(root: Path) -> dict:
-    """The probes' inputs a task's verifier passes: its intended trainer's."""
-    _purge()
-    sys.path.insert(0, str(root))
-    try:
-        return {"loop": rlzero_probes.loop_inputs()}
-    finally:
-        sys.path.remove(str(root))
-        _purge()
+    if names is not None:
+        return observe(root, [], names, inputs)
+    return observe(root, STAGES, None, inputs)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +74,7 @@ def test_no_rz_task_oracle_solves_another(intended, trees):
     given = sorted(rlzero_probes.GIVEN)
     scores = {}
     for spec in RZ_TASKS:
-        inputs = _inputs(trees[spec.id])
+        inputs = inputs_of(trees[spec.id])
         for donor in RZ_TASKS:
             if donor.id != spec.id:
                 seen = intended[donor.id] | _observe_all(trees[donor.id], inputs, given)

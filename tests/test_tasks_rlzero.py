@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from rlzero_harness import inputs_of, observe
 
 from reference_impl.protocol import ALL_FUNCTIONS
 from task_harness.build import TRAINERS, _independent_trainer, build_task
@@ -18,37 +18,6 @@ from task_harness.verifier import judge, rlzero_probes
 
 RZ_TASKS = [spec for spec in load_tasks() if spec.trainer == "rlzero"]
 TRAINER_MODULES = sorted((TRAINERS / "rlzero" / "rlzero").glob("*.py"))
-
-
-def _purge() -> None:
-    for name in [m for m in sys.modules if m == "rlzero" or m.startswith("rlzero.")]:
-        del sys.modules[name]
-
-
-def _observe(
-    root: Path, stages: list[str], probes: list[str] | None = None, inputs: dict | None = None
-) -> dict:
-    """The probes of `stages` on the rlzero under `root`, as the verifier compares them, with the
-    probes' `inputs` (the intended rlzero's, as the verifier passes them; None: `root` makes its
-    own)."""
-    _purge()
-    sys.path.insert(0, str(root))
-    try:
-        return rlzero_probes.observe(stages, probes, inputs)
-    finally:
-        sys.path.remove(str(root))
-        _purge()
-
-
-def _inputs(root: Path) -> dict:
-    """The probes' inputs as the rlzero under `root` makes them (verify.intended_inputs)."""
-    _purge()
-    sys.path.insert(0, str(root))
-    try:
-        return {"loop": rlzero_probes.loop_inputs()}
-    finally:
-        sys.path.remove(str(root))
-        _purge()
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +53,14 @@ def test_the_suite_has_rlzero_tasks_with_three_bugs_and_decoys():
 def intended_by_stage(intended):
     """The intended trainer's observations, per stage, computed once."""
     stages = {stage for stage, _ in rlzero_probes.PROBES.values()}
-    return {stage: _observe(intended, [stage]) for stage in sorted(stages)}
+    return {stage: observe(intended, [stage]) for stage in sorted(stages)}
 
 
 def test_each_probe_gives_the_same_result_twice(intended, intended_by_stage):
     """The probes are deterministic, so a difference is the code's, never the seed's."""
     stages = sorted({stage for stage, _ in rlzero_probes.PROBES.values()})
     first = {name: v for seen in intended_by_stage.values() for name, v in seen.items()}
-    second = _observe(intended, stages)
+    second = observe(intended, stages)
     assert not [n for n, v in second.items() if isinstance(v, dict) and "error" in v]
     assert [n for n in first if not judge.same(second[n], first[n])] == []
 
@@ -132,7 +101,7 @@ def task_inputs(intended_tree):
 
     def inputs(spec) -> dict:
         if spec.id not in made:
-            made[spec.id] = _inputs(intended_tree(spec))
+            made[spec.id] = inputs_of(intended_tree(spec))
         return made[spec.id]
 
     return inputs
@@ -143,12 +112,12 @@ def intended_by_task(intended_tree):
     """The observations of each task's trainer without its bugs, per (task, stage), computed once."""
     seen: dict[tuple[str, str], dict] = {}
 
-    def observe(spec, stage: str) -> dict:
+    def observed(spec, stage: str) -> dict:
         if (spec.id, stage) not in seen:
-            seen[spec.id, stage] = _observe(intended_tree(spec), [stage])
+            seen[spec.id, stage] = observe(intended_tree(spec), [stage])
         return seen[spec.id, stage]
 
-    return observe
+    return observed
 
 
 @pytest.mark.parametrize(
@@ -165,7 +134,7 @@ def test_every_bug_is_seen_under_its_tasks_conventions(
     patch.mutant.apply(buggy)
     expected, seen = (
         intended_by_task(spec, stage),
-        _observe(buggy, [stage], None, task_inputs(spec)),
+        observe(buggy, [stage], None, task_inputs(spec)),
     )
     differing = [n for n in expected if not judge.same(seen[n], expected[n])]
     assert differing, f"{spec.id}: {patch.id} is seen by no probe of stage {stage}"
@@ -226,7 +195,7 @@ def test_the_bugs_fixed_score_whichever_one_is_left(
     others = {b.stage for b in spec.bugs if b.kind == "bug" and b.id != patch.id} - {stage}
     left_in = _trainer_with_setup(tmp_path / "left-in", spec)
     patch.mutant.apply(left_in)
-    seen = _observe(left_in, sorted(others), None, task_inputs(spec))
+    seen = observe(left_in, sorted(others), None, task_inputs(spec))
     differing = [
         name
         for other in sorted(others)
@@ -248,7 +217,7 @@ def test_reference_copy_loses_the_trainers_conventions(tmp_path, intended):
     assert "rlzero/advantages.py" in replaced and (workspace / "rlzero" / "_reference").is_dir()
     assert {rel: (workspace / rel).read_bytes() for rel in task["protected"]} == protected
     names = ["advantages.pairs", "loss_aggregation.lengths"]
-    copied, own = _observe(workspace, [], names), _observe(intended, [], names)
+    copied, own = observe(workspace, [], names), observe(intended, [], names)
     assert [n for n in names if not judge.same(copied[n], own[n])] == names
 
 
@@ -274,7 +243,7 @@ def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_s
             "            tok.eos_token_id,\n            tok.pad_token_id,\n            cfg.temperature,\n",
         )
     )
-    expected, seen = intended_by_stage["generation"], _observe(fixed, ["generation"])
+    expected, seen = intended_by_stage["generation"], observe(fixed, ["generation"])
     assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
 
 
@@ -284,9 +253,9 @@ def test_the_loop_inputs_cross_to_the_child_as_plain_data(intended, tmp_path):
     themselves give."""
     from task_harness.verifier import plain
 
-    inputs = _inputs(intended)
+    inputs = inputs_of(intended)
     crossed = plain.decode(json.loads(json.dumps(plain.encode(inputs))))
     names = sorted(rlzero_probes.GIVEN)
-    direct, child = _observe(intended, [], names, inputs), _observe(intended, [], names, crossed)
+    direct, child = observe(intended, [], names, inputs), observe(intended, [], names, crossed)
     assert [n for n in names if not judge.same(child[n], direct[n])] == []
     assert not [n for n, v in direct.items() if isinstance(v, dict) and "error" in v]
