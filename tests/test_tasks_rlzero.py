@@ -151,9 +151,6 @@ def test_every_bug_is_seen_under_its_tasks_conventions(
 # remains runs in the fixed stage's own computation. strict: a pair that stops failing is taken
 # out, and a new coupling fails the test.
 COUPLED = {
-    # The micro-batches' token normaliser is the KL term's too: `kl.accumulated` weighs the
-    # penalty in an accumulated step, and that step's normaliser is the update's.
-    ("rz-accum-kl", "micro_batch_token_normaliser"),
     # The scorer is the update's own forward pass: a shifted or untempered scorer left in changes
     # the log-probs the update differentiates, so its loss and its step.
     ("rz-format-shift", "logit_shift_off_by_one"),

@@ -472,6 +472,13 @@ def _():
     return _learned({"passes": 1, "grad_accum_steps": 2, "loss_type": "dapo"})
 
 
+@probe("update.accumulated_clipped", "update", given=True)
+def _():
+    """One step run as two micro-batches with a gradient-norm bound that every step's gradient
+    exceeds: the whole step's gradient is clipped, so the step follows its direction."""
+    return _learned({"passes": 1, "grad_accum_steps": 2, "max_grad_norm": 1e-3})
+
+
 # The KL probes take one pass over the rollout as two optimizer steps (the penalty is 0 at the first,
 # nonzero at the second): a first pass's old log-probs are the policy's own however a fix sources
 # them, so how the old policy is kept across passes (the ratio stage's) does not reach them.
@@ -483,8 +490,11 @@ def _():
 @probe("kl.accumulated", "kl", given=True)
 def _():
     """Two optimizer steps, each run as two micro-batches, with a KL penalty (nonzero from the
-    second step on): the penalty weighs against the policy loss as in a step taken whole."""
-    return _learned({"minibatches": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2})
+    second step on): the penalty weighs against the policy loss as in a step taken whole. No
+    gradient-norm bound reached (how a step's gradient is clipped is the update stage's)."""
+    return _learned(
+        {"minibatches": 2, "grad_accum_steps": 2, "kl_coef": 0.05, "lr": 5e-2, "max_grad_norm": 1e6}
+    )
 
 
 @probe("kl.tempered", "kl", given=True)
