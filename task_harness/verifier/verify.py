@@ -579,7 +579,14 @@ def _decoy_problems(task: dict, seen: dict, intended: dict) -> dict[str, list[st
 
 
 def _import_intended_rlzero() -> None:
-    """`import rlzero` in this process gives the intended rlzero (`expected/`)."""
+    """`import rlzero` in this process gives the intended rlzero (`expected/`), run on one
+    thread as the child runs the agent's (rlzero_probes.main): the loop probes' AdamW steps
+    amplify a matmul's summation order, so a thread count of its own moves their parameters by
+    more than the judge's tolerance (on a machine of two cores, every oracle failed
+    `kl.accumulated`)."""
+    import torch
+
+    torch.set_num_threads(1)
     expected = str(TESTS_DIR / "expected")
     if expected not in sys.path:
         sys.path.insert(0, expected)
@@ -622,6 +629,7 @@ def intended_observations(checks: list[str], named: list[str], inputs: dict | No
                 sha256(TESTS_DIR / "plain.py"),
                 torch.__version__,
                 transformers.__version__,
+                torch.get_num_threads(),  # 1 (_import_intended_rlzero); earlier caches had more
                 checks,
                 named,
             ]
