@@ -25,7 +25,9 @@ def test_a_fix_of_two_bugs_of_three_scores_those_two(tmp_path):
         "'s/old_logps = logps.detach()/old_logps = logps/' /app/mygrpo/trainer.py"
     )
     result = run_trial(built, agent, agent_files=tmp_path / "agent")
-    assert result.bugs["advantages_batch_mean"] == 1.0 and result.bugs["kl_on_old_logps"] == 1.0
+    assert (
+        result.bugs["mean_bessel_corrected"] == 1.0 and result.bugs["answer_weight_unused"] == 1.0
+    )
     assert result.bugs["old_logps_attached"] == 0.0
     assert result.bugs["learning"] == 0.0
-    assert result.reward == pytest.approx(0.60)
+    assert result.reward == pytest.approx(0.50)

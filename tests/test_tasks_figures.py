@@ -388,9 +388,9 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(within(v, 0.04, 0.08) for v in column(run, "reward")[1:]),
         ),
         Claim(
-            "`grad_norm` stays between 0.02 and 0.25",
+            "`grad_norm` stays between 0.01 and 0.25",
             "all bugs",
-            lambda run: all(within(v, 0.02, 0.25) for v in column(run, "grad_norm")),
+            lambda run: all(within(v, 0.01, 0.25) for v in column(run, "grad_norm")),
         ),
     ],
     "user-gspo-filter": [
