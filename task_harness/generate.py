@@ -141,10 +141,16 @@ def train_config(bugs: list[Drawable]) -> dict:
         config["temperature"] = 0.7
     if "kl_coef > 0" in conditions or stages & {"kl", "reference_model"}:
         config["kl_coef"] = 0.04
+    if "reference synced (ref_sync_every > 0)" in conditions:
+        config["kl_coef"] = 0.04
+        config["ref_sync_every"] = 5
     if "grad_accum_steps > 1" in conditions:
         config["grad_accum_steps"] = 2
     if "passes > 1" in conditions or stages & {"ratio", "clipping"}:
         config["passes"] = 4 if "clipping" in stages else 2
+    if "sequence-level ratio over passes > 1" in conditions:
+        config["importance_level"] = "sequence"
+        config["passes"] = config.get("passes", 2)
     config["steps"] = 150
     return config
 

@@ -55,6 +55,18 @@ CONDITIONS: dict[str, Callable[[TaskSpec], bool]] = {
         spec.family in ("trl", "user") and _train(spec, "num_iterations", 1) > 1
     ),
     "kl_coef > 0": lambda spec: spec.trainer == "rlzero" and _train(spec, "kl_coef", 0.0) > 0,
+    # rlzero syncs the reference only when it has one (kl_coef > 0).
+    "reference synced (ref_sync_every > 0)": lambda spec: (
+        spec.trainer == "rlzero"
+        and _train(spec, "kl_coef", 0.0) > 0
+        and _train(spec, "ref_sync_every", 0) > 0
+    ),
+    # A sequence-level ratio differs from 1 only after an update: from the second pass on.
+    "sequence-level ratio over passes > 1": lambda spec: (
+        spec.trainer == "rlzero"
+        and _train(spec, "importance_level", "token") == "sequence"
+        and _train(spec, "passes", 1) > 1
+    ),
     "grad_accum_steps > 1": lambda spec: (
         spec.trainer == "rlzero" and _train(spec, "grad_accum_steps", 1) > 1
     ),

@@ -195,6 +195,17 @@ def test_sync_pulls_the_reference_towards_the_policy(rz):
     assert reference.weight.data_ptr() != policy.weight.data_ptr()
 
 
+def test_sync_leaves_a_reference_equal_to_the_policy_exactly(rz):
+    """A policy that has not moved from its reference leaves it bit for bit (a lerp, not
+    `mul_(1 - alpha).add_(policy, alpha)`, which rounds): a run whose policy never moves keeps a
+    KL of exactly 0 across syncs."""
+    policy = torch.nn.Linear(64, 64)
+    reference = rz("reference").frozen_copy(policy)
+    for alpha in (0.6, 0.3, 0.77):
+        rz("reference").sync_reference(reference, policy, alpha)
+    assert torch.equal(reference.weight, policy.weight)
+
+
 def test_sequence_level_ratio_is_the_mean_log_ratio_of_each_completion(rz):
     logp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]])
     old = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]])

@@ -69,16 +69,6 @@ CLAIMS: dict[str, list[Claim]] = {
             "all bugs",
             lambda run: all(v == 0.0 for v in column(run, "grad_norm")),
         ),
-        Claim(
-            "read 1.0000 on every line",
-            "fixed",
-            lambda run: all(value == 1.0 for value in column(run, "ratio_max")),
-        ),
-        Claim(
-            "now it sits between 1.1 and 1.4 on every line",
-            "all bugs",
-            lambda run: all(within(v, 1.1, 1.4) for v in column(run, "ratio_max")),
-        ),
     ],
     "rz-succ-temperature": [
         Claim(

@@ -117,8 +117,8 @@ def test_a_bug_whose_condition_the_run_lacks_or_that_is_unknown_is_refused(tmp_p
     shutil.copytree(source, folder)
     toml = folder / "task.toml"
     text = toml.read_text()
-    toml.write_text(text.replace("temperature = 0.7", "temperature = 1.0"))
-    with pytest.raises(TaskSpecError, match="shows when temperature != 1, which its run"):
+    toml.write_text(text.replace("ref_sync_every = 5", "ref_sync_every = 0"))
+    with pytest.raises(TaskSpecError, match=r"shows when reference synced \(ref_sync_every > 0\)"):
         load_task(folder)
     toml.write_text(text.replace('condition = "pad == EOS"', 'condition = "on Tuesdays"'))
     with pytest.raises(TaskSpecError, match="unknown condition 'on Tuesdays'"):

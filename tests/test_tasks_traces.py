@@ -9,7 +9,8 @@ import pytest
 
 from task_harness import conventions, traces
 from task_harness.build import build_task
-from task_harness.generate import draw, load_corpus, train_config, write_task
+from task_harness.generate import MAX_REDRAWS, draw, load_corpus, train_config, write_task
+from task_harness.mutants import MutantError
 from task_harness.spec import load_task, load_tasks
 
 TASKS = load_tasks()
@@ -71,16 +72,27 @@ def test_no_generated_task_leaves_a_name_unused(tmp_path):
         rng = random.Random(seed)
         bugs = draw(corpus.bugs, rng, 2 + seed % 3, set())
         decoy = rng.choice(corpus.decoys)
-        folder = write_task(
-            tmp_path / f"gen-s{seed}",
-            bugs,
-            decoy,
-            train_config(bugs),
-            [],
-            conventions.draw(rng, decoy.id),
-        )
-        found = traces.spec_traces(load_task(folder))
+        drawn = conventions.draw(rng, decoy.id)
+        bugs, found = _traces_of_applicable(tmp_path / f"gen-s{seed}", bugs, decoy, drawn, rng)
         assert found == [], f"bugs {[d.bug.id for d in bugs]} leave {found}"
+
+
+def _traces_of_applicable(folder: Path, bugs, decoy, drawn, rng):
+    """`bugs`, with any that the drawn conventions refuse (a bug written for the other
+    convention, whose `find` a convention's patch rewrites) redrawn as `tasks generate` does
+    (`generate.leaves_traces`), and the traces of the task they make."""
+    corpus, rejected = load_corpus(), set()
+    for _ in range(MAX_REDRAWS):
+        folder = write_task(folder, bugs, decoy, train_config(bugs), [], drawn)
+        try:
+            return bugs, traces.spec_traces(load_task(folder))
+        except MutantError as error:
+            refused = {d.bug.id for d in bugs if d.bug.id in str(error)}
+            assert refused, error
+            rejected |= refused
+            kept = [d for d in bugs if d.bug.id not in refused]
+            bugs = draw(corpus.bugs, rng, len(bugs), rejected, kept)
+    raise AssertionError(f"no applicable bugs after {MAX_REDRAWS} draws")
 
 
 def _one_time(built: Path) -> None:
@@ -103,5 +115,6 @@ def test_a_generated_task_has_one_modification_time(tmp_path):
     bugs = draw(corpus.bugs, rng, 3, set())
     decoy = rng.choice(corpus.decoys)
     drawn = conventions.draw(rng, decoy.id)
+    bugs, _ = _traces_of_applicable(tmp_path / "gen-s1-k3", bugs, decoy, drawn, rng)
     folder = write_task(tmp_path / "gen-s1-k3", bugs, decoy, train_config(bugs), [], drawn)
     _one_time(build_task(load_task(folder), tmp_path / "built"))

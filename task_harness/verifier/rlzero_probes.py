@@ -315,6 +315,16 @@ def _():
     return _surrogate(10, 0.1)
 
 
+@probe("ratio.sequence_level", "ratio")
+def _():
+    """GSPO's one ratio per completion (importance_level "sequence"), near the old policy and away
+    from it: the loss, its gradient and the statistics."""
+    return [
+        _surrogate(seed, offset, importance_level="sequence")
+        for seed, offset in ((11, 0.1), (12, 0.6))
+    ]
+
+
 @probe("clipping.outside_band", "clipping")
 def _():
     return _surrogate(20, 0.8)
@@ -543,6 +553,19 @@ def _():
     again = _rollout_of(learner, LOOP_COMPLETIONS, 4, LOOP_ROWS)
     mask = (INPUTS.get("loop") or loop_inputs())["completion_mask"]
     return again.ref_logp * mask  # positions after a completion's end may hold anything
+
+
+@probe("reference_model.soft_sync", "reference_model")
+def _():
+    """The reference pulled towards a policy by a sync at the configured `ref_sync_alpha`, then
+    at 0.25: the reference's parameters after each (the two models differ in every matrix)."""
+    reference, _ = _tiny(2, pad_is_eos=False)
+    policy, _ = _tiny(3, pad_is_eos=False)
+    after = []
+    for alpha in (_config().ref_sync_alpha, 0.25):
+        rz("reference").sync_reference(reference, policy, alpha)
+        after.append(torch.cat([p.detach().flatten() for p in reference.parameters()]))
+    return after
 
 
 # --- generation ---------------------------------------------------------------------------------

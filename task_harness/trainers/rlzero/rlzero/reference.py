@@ -19,7 +19,7 @@ def sync_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: f
     """ref <- alpha * policy + (1 - alpha) * ref, parameter by parameter, in place (alpha 1: the
     reference takes the policy's weights as they are now)."""
     for ref_param, param in zip(reference.parameters(), policy.parameters(), strict=True):
-        ref_param.mul_(1.0 - alpha).add_(param.detach(), alpha=alpha)
+        ref_param.lerp_(param.detach(), alpha)
 
 
 def due_for_sync(step: int, every: int) -> bool:
