@@ -48,9 +48,15 @@ def added_code(find: str, replace: str) -> str:
 
 
 def distinctive_constants(find: str, replace: str) -> set[str]:
-    """Numbers the replacement adds; a single digit (a `dim=0`, an index) names nothing."""
+    """Numbers the replacement adds; a single digit however written (a `dim=0`, an index, the
+    `1.0` of `1.0 - alpha`, the `0.0` of a `where`) names nothing."""
     added = set(NUMBER.findall(replace)) - set(NUMBER.findall(find))
-    return {number for number in added if len(number) > 1}
+    return {number for number in added if not _single_digit(number)}
+
+
+def _single_digit(number: str) -> bool:
+    value = float(number)
+    return value.is_integer() and abs(value) < 10
 
 
 def bug_patches() -> list[tuple[str, object]]:
@@ -85,6 +91,7 @@ def test_the_rule_catches_the_old_playbook_line():
     """The playbook used to say 'an epsilon of `1e4` instead of `1e-4`': trio's bug."""
     trio = dict(BUGS)["trl-skillsbench-trio:advantage_epsilon"]
     assert distinctive_constants(trio.find, trio.replace) == {"1e4"}
+    assert distinctive_constants("x = a", "x = 1.0 - a") == set()
     old = "an epsilon of `1e4` instead of `1e-4` shrinks them"
     assert re.search(r"(?<![\w.\-])1e4(?![\w.])", old)
     assert not re.search(r"(?<![\w.\-])1e4(?![\w.])", "an epsilon of `1e-4`")

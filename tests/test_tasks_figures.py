@@ -10,7 +10,6 @@ number of an instruction is a quoted claim or a setting of the run. The suite ch
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -465,8 +464,8 @@ def test_every_claimed_figure_is_in_the_logged_run(task_id):
 
 
 def test_a_figure_the_run_does_not_reproduce_fails():
-    run = symptoms.Run(steps=[{"reward": 0.0, "loss": math.nan, "length": 2.0, "ratio_max": 1.27}])
-    claim = next(c for c in CLAIMS["rz-format-stop"] if "1.1 and 1.4" in c.quote)
+    run = symptoms.Run(steps=[{"reward": 0.0, "loss": 0.0, "length": 2.0, "grad_norm": 0.0}])
+    claim = next(c for c in CLAIMS["rz-format-stop"] if "`grad_norm` prints 0.0000" in c.quote)
     assert claim.holds(run)
-    run.steps[0]["ratio_max"] = 1.05
+    run.steps[0]["grad_norm"] = 1e-6
     assert not claim.holds(run)
