@@ -2,7 +2,7 @@
 (replacing the trainer's convention by the textbook one, editing protected files or the checker)
 lose what they should.
 
-The task is rz-format-stop, the one tests/test_tasks_exploits.py builds: the verifier's cache of
+The task is rz-format-stop (three bugs and a decoy), the one tests/test_tasks_exploits.py builds: the verifier's cache of
 intended observations ($GRPO_TASK_CACHE) then serves both files.
 """
 
@@ -19,8 +19,8 @@ from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
-BUGS = ("pad_masks_eos", "scoring_without_temperature", "unscored_rows_in_std")
-DECOY = "population_std"  # rlzero's population std, guarding unscored_rows_in_std
+BUGS = ("pad_masks_eos", "ref_sync_mix_swapped", "sequence_ratio_arithmetic_mean")
+DECOY = "asymmetric_band"  # rlzero's clip-higher band, guarding sequence_ratio_arithmetic_mean
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def agent_files(decoy_task, tmp_path_factory) -> Path:
 
 
 FIX = f"cp -R {AGENT_FILES}/solution/. /app/"
-POPULATION_STD = "std = (centred.pow(2).sum(dim=1, keepdim=True) / count).sqrt()"
+CLIP_HIGH = "clip_high: float = 0.28"
 
 
 def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
@@ -48,21 +48,22 @@ def test_oracle_scores_one_and_nop_scores_zero_on_every_bug(decoy_task):
     assert oracle.reward == 1.0, oracle.detail
     assert nop.reward == 0.0
     assert nop.bugs == {"anti_cheat": 1.0, "learning": 0.0} | dict.fromkeys((*BUGS, DECOY), 0.0)
+    assert "=== Learning: not run, since a bug above is not fixed" in nop.detail, nop.detail
 
 
 def test_the_textbook_convention_loses_the_decoy_and_its_stage(decoy_task, agent_files):
-    """Every bug fixed, but the group std made the sample std (what copying a textbook or
-    reference implementation gives): the trainer's population std is part of the advantages
-    stage, so that stage's bug and the decoy guarding it both score 0; the other bugs keep their
-    credit."""
-    textbook = POPULATION_STD.replace("/ count)", "/ (count - 1).clamp(min=1))")
-    agent = f"{FIX} && sed -i 's|{POPULATION_STD}|{textbook}|' rlzero/advantages.py"
-    agent += f" && grep -qF '{textbook}' rlzero/advantages.py"
+    """Every bug fixed, but the trust region made symmetric (what copying a textbook or
+    reference implementation gives): the trainer's clip-higher band is a convention the task
+    declares, so the decoy and the bug it guards (the ratio that band clips) both score 0; the
+    other bugs keep their credit."""
+    textbook = CLIP_HIGH.replace("0.28", "0.2")
+    agent = f"{FIX} && sed -i 's|{CLIP_HIGH}|{textbook}|' rlzero/config.py"
+    agent += f" && grep -qF '{textbook}' rlzero/config.py"
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.status == "ok", result.detail
-    assert result.bugs["pad_masks_eos"] == result.bugs["scoring_without_temperature"] == 1.0
-    assert result.bugs["unscored_rows_in_std"] == result.bugs[DECOY] == 0.0, result.detail
-    assert "advantages.pairs: intended" in result.detail  # the decoy's own probe saw it
+    assert result.bugs["pad_masks_eos"] == result.bugs["ref_sync_mix_swapped"] == 1.0
+    assert result.bugs["sequence_ratio_arithmetic_mean"] == result.bugs[DECOY] == 0.0
+    assert "clipping.config_band: intended" in result.detail  # the decoy's own probe saw it
     assert result.reward == pytest.approx(0.5)
 
 
@@ -88,15 +89,17 @@ def test_the_checker_is_out_of_the_agents_reach_and_a_change_is_caught(decoy_tas
 
 
 def test_a_fix_written_differently_from_the_oracle_passes(decoy_task, agent_files):
-    """The checks test behaviour: the std's count fixed in the agent's own words (the buggy
-    advantages.py kept, its NaN count of the zero-filled deviations replaced by the scored mask
-    as integers under a name of its own) gets full credit."""
+    """The checks test behaviour: GSPO's sequence ratio fixed in the agent's own words (the
+    buggy objective.py kept, its mean of the token ratios replaced by the exp of the mean of
+    their logs, which the unchanged `.log()` after it undoes) gets full credit."""
+    arithmetic = "ratios.sum(dim=1) / counted.clamp(min=1)"
+    geometric = "(torch.where(mask > 0, log_ratio, 0.0).sum(dim=1) / counted.clamp(min=1)).exp()"
     agent = (
-        f"cp rlzero/advantages.py /tmp/advantages.py && {FIX}"
-        " && cp /tmp/advantages.py rlzero/advantages.py"
-        " && grep -qF '(~torch.isnan(centred))' rlzero/advantages.py"
-        " && sed -i -e 's/centred, _ = _centred/centred, kept = _centred/'"
-        " -e 's/(~torch.isnan(centred))/kept.to(torch.int64)/' rlzero/advantages.py"
+        f"cp rlzero/objective.py /tmp/objective.py && {FIX}"
+        " && cp /tmp/objective.py rlzero/objective.py"
+        f" && grep -qF '{arithmetic}' rlzero/objective.py"
+        f" && sed -i 's|{arithmetic}|{geometric}|' rlzero/objective.py"
+        f" && grep -qF '{geometric}' rlzero/objective.py"
     )
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.reward == 1.0, result.detail

@@ -783,6 +783,8 @@ def score(task: dict, workspace: Path) -> tuple[dict[str, float], list[str]]:
             if learning:
                 result = dict.fromkeys(result, 0.0)
                 total = 0.0
+        else:
+            log.append("=== Learning: not run, since a bug above is not fixed (scored 0) ===")
     result |= {"anti_cheat": 1.0, "learning": 0.0 if learning else 1.0}
     return result | {"reward": round(total, 4)}, log
 
