@@ -500,7 +500,11 @@ CLAIMS = [
             and DEFAULTS["gradient_checkpointing"] is True
         ),
     ),
-    Claim("SKILL.md", "clip the gradient norm to 1.0", lambda: DEFAULTS["max_grad_norm"] == 1.0),
+    Claim(
+        "SKILL.md",
+        "then clip the summed gradient's norm to 1.0 once",
+        lambda: DEFAULTS["max_grad_norm"] == 1.0 and _clipped_once_per_step(),
+    ),
     Claim("internals", "(3,405 lines)", lambda: len(TRAINER_SOURCE) == 3405),
     Claim(
         "SKILL.md",
@@ -579,6 +583,16 @@ def test_hyperparameter_default_matches_grpo_config(name, default, typical):
 CHUNKED_LOGPROB_SOURCE = (Path(trl.__file__).parent / "kernels" / "chunked_logprob.py").read_text()
 CALLBACKS_SOURCE = (Path(trl.__file__).parent / "trainer" / "callbacks.py").read_text()
 TRAINER_TEXT = "\n".join(TRAINER_SOURCE)
+
+
+def _clipped_once_per_step() -> bool:
+    """transformers' Trainer clips the gradient norm in the branch that runs once per optimizer
+    step (after the last micro-batch of an accumulation window), just before the step."""
+    import transformers.trainer as hf_trainer
+
+    source = inspect.getsource(hf_trainer.Trainer)
+    sync_branch = source.split("if do_sync_step:", 1)[1].split("self.optimizer.step()", 1)[0]
+    return "self._clip_grad_norm(model)" in sync_branch
 
 
 def expected_kl_gradients() -> dict[str, torch.Tensor]:
@@ -828,12 +842,24 @@ ISSUE_11_CLAIMS = [
     ),
     Claim(
         "SKILL.md",
-        "(unless `sync_ref_model=True`)",
+        "with `sync_ref_model=True` each sync moves it `ref_model_mixup_alpha` of the way",
         lambda: (
             DEFAULTS["sync_ref_model"] is False
             and "self.add_callback(SyncRefModelCallback(" in TRAINER_TEXT
-            and "mixup_alpha" in CALLBACKS_SOURCE
+            and "args.ref_model_mixup_alpha)" in CALLBACKS_SOURCE
         ),
+    ),
+    Claim(
+        "SKILL.md",
+        "score with a frozen copy of the starting policy, in eval mode",
+        lambda: (
+            "self.accelerator.prepare_model(self.ref_model, evaluation_mode=True)" in TRAINER_TEXT
+        ),
+    ),
+    Claim(
+        "SKILL.md",
+        "exp of the masked mean log-ratio, a geometric mean",
+        lambda: "(log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)" in TRAINER_TEXT,
     ),
     Claim(
         "internals",
@@ -1266,3 +1292,20 @@ def test_every_metric_the_skill_names_is_logged_by_trl():
     row = next(line for line in TEXT["internals"].splitlines() if "`clip_ratio/low_mean`" in line)
     for short in re.findall(r"`(\w+_mean)`", row):
         assert f"clip_ratio/{short}" in logged
+
+
+def test_a_reference_sync_moves_the_reference_alpha_of_the_way(monkeypatch):
+    """SKILL.md's loop table: ref = α·policy + (1 − α)·ref, run through TRL's own sync."""
+    from trl.trainer import callbacks
+
+    monkeypatch.setattr(
+        callbacks, "AcceleratorState", lambda: SimpleNamespace(deepspeed_plugin=None)
+    )
+    torch.manual_seed(0)
+    policy, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    before = reference.weight.detach().clone()
+    alpha = DEFAULTS["ref_model_mixup_alpha"]
+    callbacks.SyncRefModelCallback.sync_target_model(policy, reference, alpha)
+    expected = alpha * policy.weight.detach() + (1 - alpha) * before
+    assert torch.allclose(reference.weight, expected)
+    assert "ref = α·policy + (1 − α)·ref" in TEXT["SKILL.md"]
