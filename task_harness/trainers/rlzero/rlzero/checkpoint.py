@@ -56,7 +56,9 @@ def prune(output_dir: Path, keep: int) -> list[Path]:
 
 
 # What a resumed run must share with the saved one to continue it: the rollouts' shape, the
-# prompt order's seed and the optimizer steps a rollout makes (the step-size schedule counts them).
+# prompt order's seed, the optimizer steps a rollout makes (the step-size schedule counts them)
+# and the KL penalty the saved state was trained under (a checkpoint holds a reference model only
+# when kl_coef > 0: `resume` below).
 SHAPE = ("task", "seed", "prompts_per_step", "group_size", "passes", "minibatches", "kl_coef")
 
 
