@@ -244,6 +244,49 @@ def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_s
     assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
 
 
+# Right fixes written with other float arithmetic: each leaves the numbers equal to float rounding.
+FLOAT_REWRITES = {
+    # A trial agent's advantages (after grpo-check flagged adv_eps below fp32 rounding).
+    "advantages_in_float64": (
+        "advantages.py",
+        "    return (centred / (std + eps)).reshape(-1)\n",
+        "    return (centred.double() / (std.double() + eps)).float().reshape(-1)\n",
+    ),
+    "ratio_in_float64": (
+        "objective.py",
+        "    ratio = torch.exp(importance_log_ratio(logp, old_logp, mask, importance_level))\n",
+        "    ratio = torch.exp(\n"
+        "        importance_log_ratio(logp.double(), old_logp.double(), mask, importance_level)\n"
+        "    ).float()\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("rewrite", sorted(FLOAT_REWRITES))
+def test_a_fix_in_other_float_arithmetic_passes_the_loop_probes(
+    rewrite, tmp_path, intended, intended_by_stage
+):
+    """The loop probes compare parameters after optimizer steps, so they step with SGD, whose
+    step is proportional to the gradient: under the learner's AdamW, a gradient coordinate of
+    rounding noise moved by the whole step size, and the float64 advantages above failed
+    ratio.second_pass (64 parameters off by up to 1.3e-3)."""
+    module, find, replace = FLOAT_REWRITES[rewrite]
+    rewritten = tmp_path / "rewritten"
+    _independent_trainer("rlzero", rewritten)
+    path = rewritten / "rlzero" / module
+    assert find in path.read_text()
+    path.write_text(path.read_text().replace(find, replace))
+    stages = ["ratio", "update", "kl", "reference_model"]
+    seen = observe(rewritten, stages, None, inputs_of(intended))
+    differing = [
+        name
+        for stage in stages
+        for name, expected in intended_by_stage[stage].items()
+        if not judge.same(seen[name], expected)
+    ]
+    assert differing == []
+
+
 def test_the_loop_inputs_cross_to_the_child_as_plain_data(intended, tmp_path):
     """The verifier passes the loop probes' inputs in the job as JSON (verify.intended_inputs,
     rlzero_probes.main): what the child rebuilds from them gives the loop probes what the inputs
