@@ -267,6 +267,17 @@ def k3_expectation_matches_kl() -> bool:
     return torch.isclose(expected_k3, kl, atol=1e-12).item()
 
 
+def k3_mirror_is_not_kl() -> bool:
+    """The mirrored k3, exp(logp - ref) - (logp - ref) - 1, averaged over samples from pi, is
+    neither KL(pi || ref) nor KL(ref || pi)."""
+    pi = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+    ref = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    mirrored = (pi * per_token_kl(ref.log(), pi.log())).sum()
+    forward = (pi * (pi.log() - ref.log())).sum()
+    backward = (ref * (ref.log() - pi.log())).sum()
+    return not torch.isclose(mirrored, forward) and not torch.isclose(mirrored, backward)
+
+
 def advantage_bound_holds() -> bool:
     generator = torch.Generator().manual_seed(0)
     for group in range(2, 9):
@@ -413,6 +424,16 @@ CLAIMS = [
         lambda: close(per_token_kl(torch.tensor(-1.0), torch.tensor(-2.0)).item(), 0.368, 5e-4),
     ),
     Claim("algorithm", "Its expectation\nunder π_θ is exactly that KL", k3_expectation_matches_kl),
+    Claim(
+        "SKILL.md",
+        "whose mean over the policy's samples is KL(policy ||\n   reference)",
+        k3_expectation_matches_kl,
+    ),
+    Claim(
+        "SKILL.md",
+        "the mirrored `exp(logp - ref) - (logp - ref) - 1` is no estimate of it",
+        k3_mirror_is_not_kl,
+    ),
     Claim(
         "algorithm",
         "On\npolicy ρ = 1 in value, but its gradient adds k3 to ∂loss/∂ℓ.",
