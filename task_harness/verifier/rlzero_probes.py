@@ -341,6 +341,15 @@ def _():
     return _surrogate(21, 0.8, clip_low=0.2, clip_high=0.2)
 
 
+@probe("clipping.dual_clip", "clipping")
+def _():
+    """Dual-clip PPO's second bound (`dual_clip` c = 2; arXiv:1912.09729) on ratios far from 1:
+    a token whose advantage is negative loses at most -c * A, however large its ratio. The loss,
+    its gradient and the statistics at two seeds whose negative row holds ratios of 4.7 and 2.6,
+    then 4.9 and 2.0: past 1 + c, between c and 1 + c, and under c."""
+    return [_surrogate(seed, 2.0, dual_clip=2.0) for seed in (31, 44)]
+
+
 @probe("kl.penalty", "kl")
 def _():
     logp, _, _, mask = _loss_case(30, 0.5)
