@@ -372,14 +372,14 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: within(run.steps[0]["reward"], 0.09, 0.12),
         ),
         Claim(
-            "below 0.08 from step 20 on and between 0.04\nand 0.08 until the end",
+            "below 0.08 from step 20 on and between 0.03\nand 0.08 until the end",
             "all bugs",
-            lambda run: all(within(v, 0.04, 0.08) for v in column(run, "reward")[1:]),
+            lambda run: all(within(v, 0.03, 0.08) for v in column(run, "reward")[1:]),
         ),
         Claim(
-            "`grad_norm` stays between 0.01 and 0.25",
+            "`grad_norm` stays below 0.25",
             "all bugs",
-            lambda run: all(within(v, 0.01, 0.25) for v in column(run, "grad_norm")),
+            lambda run: all(within(v, 0.0, 0.25) for v in column(run, "grad_norm")),
         ),
     ],
     "user-gspo-filter": [

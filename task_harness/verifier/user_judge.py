@@ -146,7 +146,16 @@ def _reference_cases(generator: torch.Generator) -> list[dict]:
             "stage": "reference_model",
             "call": "reference_sync",
             "inputs": inputs,
-        }
+        },
+        # A soft sync at another mix than the default: mixed the wrong way round with its
+        # default moved to 1 - alpha, a trainer matches the first case but not this one.
+        {
+            "name": "reference_model.mix_quarter",
+            "stage": "reference_model",
+            "call": "reference_sync",
+            "inputs": inputs,
+            "args": {"ref_sync_alpha": 0.25},
+        },
     ]
 
 
@@ -159,17 +168,23 @@ def _loss_case(stage: str, name: str, generator: torch.Generator, **settings) ->
     }
     if settings.pop("filtered_row", False):  # a row left out of the loss (all-zero mask)
         inputs["completion_mask"][-1] = 0
+    if settings.pop("negative", False):  # every advantage below 0
+        inputs["advantages"] = -inputs["advantages"].abs()
+    args = settings.pop("args", None)
     old, ref = settings.pop("old", None), settings.pop("ref", None)
     if old is not None:
         inputs["old_per_token_logps"] = logps + _offsets(generator, old)
     if ref is not None:
         inputs["ref_per_token_logps"] = logps + _offsets(generator, ref)
-    return {
+    case = {
         "name": f"{stage}.{name}",
         "stage": stage,
         "call": "compute_loss",
         "inputs": inputs | settings,
     }
+    if args is not None:
+        case["args"] = args
+    return case
 
 
 def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
@@ -188,6 +203,20 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
         ]
     if "clipping" in stages:
         cases.append(_loss_case("clipping", "far", generator, beta=0.0, old=0.6, **one))
+        # Negative advantages far off policy, with a dual clip (`dual_clip`, Ye et al.'s c) of
+        # 1.1 where a trainer has one: ratios between c and 1 + c tell the two caps apart.
+        cases.append(
+            _loss_case(
+                "clipping",
+                "dual_clip",
+                generator,
+                beta=0.0,
+                old=0.6,
+                negative=True,
+                args={"dual_clip": 1.1},
+                **one,
+            )
+        )
     if "kl" in stages:
         cases += [
             _loss_case("kl", f"beta_{beta}", generator, beta=beta, old=0.0, ref=0.4, **one)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from contextlib import contextmanager
 
 for _name in (
     "HF_HUB_OFFLINE",
@@ -103,7 +104,31 @@ def _reference_sync(adapter, inputs: dict) -> dict:
     }
 
 
+@contextmanager
+def _arguments(adapter, values: dict):
+    """The trainer's config with `values` set for one case (a case that runs one of the team's
+    settings at another value than its default, `case["args"]`), then as it was."""
+    args = adapter.harness.trainer().args
+    missing = object()
+    saved = {name: getattr(args, name, missing) for name in values}
+    for name, value in values.items():
+        setattr(args, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                delattr(args, name)
+            else:
+                setattr(args, name, value)
+
+
 def _call(adapter, case: dict, inputs: dict):
+    with _arguments(adapter, case.get("args", {})):
+        return _call_with(adapter, case, inputs)
+
+
+def _call_with(adapter, case: dict, inputs: dict):
     if case["call"] == "compute_loss":
         return _loss(adapter, inputs)
     if case["call"] == "reference_sync":
