@@ -244,6 +244,48 @@ def test_a_fix_may_put_a_removed_parameter_back_anywhere(tmp_path, intended_by_s
     assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
 
 
+def test_a_mask_fix_may_add_the_eos_beside_the_pad(tmp_path, intended_by_stage):
+    """`pad_masks_eos` renames `completion_tokens_mask`'s `eos_id` to `pad_id`. Two blind agents
+    (rz-format-stop, fourth round) fixed it by adding an `eos_id=None` after `pad_id`, passed by
+    every caller, and kept the old rule when it is None. The masking probes name the EOS as the
+    function's own callers do, so that fix sees what the intended trainer sees."""
+    (spec,) = [s for s in RZ_TASKS if s.id == "rz-format-stop"]
+    (bug,) = [p for p in spec.patches if p.id == "pad_masks_eos"]
+    fixed = tmp_path / "fixed"
+    _independent_trainer("rlzero", fixed)
+    bug.mutant.apply(fixed)
+    sampling = fixed / "rlzero" / "sampling.py"
+    pad_rule = "    return (completion_ids != pad_id).int()\n"
+    assert pad_rule in sampling.read_text()
+    sampling.write_text(
+        sampling.read_text()
+        .replace(
+            "def completion_tokens_mask(completion_ids: torch.Tensor, pad_id: int) -> torch.Tensor:",
+            "def completion_tokens_mask(\n"
+            "    completion_ids: torch.Tensor, pad_id: int, eos_id: int | None = None\n"
+            ") -> torch.Tensor:",
+        )
+        .replace(
+            pad_rule,
+            "    if eos_id is None:\n"
+            "        return (completion_ids != pad_id).int()\n"
+            "    is_eos = (completion_ids == eos_id).int()\n"
+            "    return ((torch.cumsum(is_eos, dim=1) - is_eos) == 0).int()\n",
+        )
+    )
+    for module, tokenizer in (("learner.py", "tok"), ("evaluation.py", "tokenizer")):
+        path = fixed / "rlzero" / module
+        call = f"pad_id={tokenizer}.pad_token_id)"
+        assert call in path.read_text()
+        path.write_text(
+            path.read_text().replace(
+                call, f"pad_id={tokenizer}.pad_token_id, eos_id={tokenizer}.eos_token_id)"
+            )
+        )
+    expected, seen = intended_by_stage["masking"], observe(fixed, ["masking"])
+    assert [n for n in expected if not judge.same(seen[n], expected[n])] == []
+
+
 # Right fixes written with other float arithmetic: each leaves the numbers equal to float rounding.
 FLOAT_REWRITES = {
     # A trial agent's advantages (after grpo-check flagged adv_eps below fp32 rounding).

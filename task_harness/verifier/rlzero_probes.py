@@ -13,6 +13,7 @@ temperatures other than 1, several passes over a rollout, reward functions that 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 
@@ -161,9 +162,20 @@ def _():
 PADDED = torch.tensor([[5, 1, 1, 1], [5, 6, 1, 1], [5, 6, 7, 8], [1, 1, 1, 1], [7, 2, 1, 1]])
 
 
+def _counted_tokens(completion_ids: torch.Tensor) -> torch.Tensor:
+    """`completion_tokens_mask` of `completion_ids`, whose pad is the EOS, given that id under
+    each of the names `eos_id` and `pad_id` the function takes (positionally if it takes
+    neither): a fix that adds an `eos_id` beside a bug's `pad_id` is asked about the EOS by
+    name, as its own callers ask it."""
+    mask_fn = rz("sampling").completion_tokens_mask
+    names = inspect.signature(mask_fn).parameters
+    by_name = {name: EOS for name in ("eos_id", "pad_id") if name in names}
+    return mask_fn(completion_ids, **by_name) if by_name else mask_fn(completion_ids, EOS)
+
+
 @probe("masking.tokens", "masking")
 def _():
-    return rz("sampling").completion_tokens_mask(PADDED, EOS)
+    return _counted_tokens(PADDED)
 
 
 ROLLOUT_ROWS = [{"prompt": "1 =", "answer": "2"}, {"prompt": "A =", "answer": "7"}]
@@ -280,7 +292,7 @@ def _():
     completions, sampled = sampling.sample_groups(
         model, prompt_ids, prompt_mask, **_sampling_arguments(4, 3, 0.7)
     )
-    mask = sampling.completion_tokens_mask(completions, EOS)
+    mask = _counted_tokens(completions)
     ids = torch.cat([prompt_ids.repeat_interleave(4, 0), completions], 1)
     attention = torch.cat([prompt_mask.repeat_interleave(4, 0), mask], 1)
     with torch.no_grad():
