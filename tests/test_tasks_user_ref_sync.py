@@ -81,9 +81,31 @@ def _callback_trainer(source: str, shared_storage: bool) -> str:
     return source
 
 
-def _reference_score(built: Path, tmp_path: Path, shared_storage: bool) -> tuple[float, str]:
+# A blind agent's guard (user-ref-anchor, 2026-12-04): the trainer counts the step it last synced
+# at, so that a step of several micro-batches syncs once. The probe runs several cases on one
+# trainer; each must start from the trainer's own state as a new run has it.
+ONCE_PER_STEP = """\
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        every = getattr(self.args, "ref_sync_steps", 0)
+        step = self.state.global_step + 1
+        due = every and self.ref_model is not None and step % every == 0
+        if due and step != getattr(self, "_synced_at", None):
+            self.sync_reference()
+            self._synced_at = step
+        return loss
+"""
+
+
+def _counted_trainer(source: str) -> str:
+    """The oracle's trainer whose sync remembers the step it last ran at."""
+    assert IN_TRAINING_STEP in source
+    return source.replace(IN_TRAINING_STEP, ONCE_PER_STEP)
+
+
+def _reference_score(built: Path, tmp_path: Path, rewrite) -> tuple[float, str]:
     """The verifier's score of the reference bug alone (task.json cut to it, no training run)
-    on the oracle's workspace whose sync lives in a callback."""
+    on the oracle's workspace with its trainer.py rewritten by `rewrite`."""
     tests = tmp_path / "tests"
     shutil.copytree(built / "tests", tests)
     task = json.loads((tests / "task.json").read_text())
@@ -94,7 +116,7 @@ def _reference_score(built: Path, tmp_path: Path, shared_storage: bool) -> tuple
     shutil.copytree(built / "environment" / "workspace", workspace)
     shutil.copytree(built / "solution" / "files", workspace, dirs_exist_ok=True)
     trainer = workspace / "mygrpo" / "trainer.py"
-    trainer.write_text(_callback_trainer(trainer.read_text(), shared_storage))
+    trainer.write_text(rewrite(trainer.read_text()))
     done = subprocess.run(
         [sys.executable, str(tests / "verify.py"), str(workspace), str(tmp_path / "logs")],
         capture_output=True,
@@ -106,11 +128,16 @@ def _reference_score(built: Path, tmp_path: Path, shared_storage: bool) -> tuple
 
 
 def test_a_sync_kept_in_a_callback_passes(built, tmp_path):
-    score, log = _reference_score(built, tmp_path, shared_storage=False)
+    score, log = _reference_score(built, tmp_path, lambda s: _callback_trainer(s, False))
+    assert score == 1.0, log
+
+
+def test_a_sync_that_counts_its_own_steps_passes(built, tmp_path):
+    score, log = _reference_score(built, tmp_path, _counted_trainer)
     assert score == 1.0, log
 
 
 def test_shared_storage_fails_from_a_callback_too(built, tmp_path):
-    score, log = _reference_score(built, tmp_path, shared_storage=True)
+    score, log = _reference_score(built, tmp_path, lambda s: _callback_trainer(s, True))
     assert score == 0.0, log
     assert "reference_model.sync" in log

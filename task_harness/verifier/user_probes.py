@@ -123,8 +123,23 @@ def _arguments(adapter, values: dict):
                 setattr(args, name, value)
 
 
+@contextmanager
+def _own_state_kept(adapter):
+    """The trainer's own attributes as they were before one case, after it: every case runs on
+    the one trainer the process builds, and a subclass that keeps its own count across steps (a
+    sync run once per step, a blind agent's fix of user-ref-anchor) must start each case where a
+    new run starts, not where the last case left it."""
+    attributes = vars(adapter.harness.trainer())
+    before = dict(attributes)
+    try:
+        yield
+    finally:
+        attributes.clear()
+        attributes.update(before)
+
+
 def _call(adapter, case: dict, inputs: dict):
-    with _arguments(adapter, case.get("args", {})):
+    with _own_state_kept(adapter), _arguments(adapter, case.get("args", {})):
         return _call_with(adapter, case, inputs)
 
 
