@@ -27,6 +27,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from task_harness.verifier.jail import PYTHON_ENV
@@ -199,8 +200,11 @@ def agent_env(condition: str, family: str = "reference", fork_version: str | Non
     venv = cache_dir() / "agent-env" / f"{flavour}-{_fingerprint(extra + sites, skill)}"
     if (venv / "pyvenv.cfg").exists():
         return venv
-    staging = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    # One staging folder per call: `tasks verify --jobs N` builds from threads of one process, and
+    # a folder named for the pid alone let two builds clear each other's half-linked torch.
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{venv.name}.tmp-", dir=venv.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would shut the jail's agent user out of its Python
     subprocess.run(
         [sys._base_executable, "-m", "venv", "--without-pip", str(staging)],
         check=True,

@@ -207,3 +207,26 @@ def test_the_environment_digest_sees_a_startup_hook_and_an_edit(tmp_path):
     assert environment_digest([tmp_path]) == before
     (site / "module.py").write_text("x = 22\n")
     assert environment_digest([tmp_path]) != before
+
+
+def test_two_threads_building_one_env_each_get_it_whole(tmp_path, monkeypatch):
+    """`tasks verify --jobs 2` builds a family's env from two threads of one process; a staging
+    folder named for the pid alone let one build clear the other's, and a venv whose torch
+    lacked `torch.utils` was cached."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from task_harness.agent_env import agent_env
+
+    monkeypatch.setenv("GRPO_SKILL_CACHE", str(tmp_path))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        envs = list(pool.map(lambda _: agent_env("no-skill"), range(2)))
+    assert envs[0] == envs[1]
+    assert [p.name for p in tmp_path.joinpath("agent-env").iterdir()] == [envs[0].name]
+    assert envs[0].stat().st_mode & 0o777 == 0o755  # the jail's agent user runs its Python
+    site_packages = next(envs[0].glob("lib/python*/site-packages"))
+    runner_torch = Path(torch.__file__).parent
+    assert sorted(
+        p.name for p in (site_packages / "torch").iterdir() if p.name != "__pycache__"
+    ) == sorted(p.name for p in runner_torch.iterdir() if p.name != "__pycache__")
