@@ -129,6 +129,7 @@ def trl_loss(
     beta: float = 0.0,
     ref: torch.Tensor | None = None,
     use_bias_correction_kl: bool = True,
+    delta: float | None = None,
 ) -> torch.Tensor:
     """TRL 1.16 `GRPOTrainer._compute_loss` on given log-probs (one process; beta 0 unless given)."""
     accelerator = SimpleNamespace(
@@ -138,7 +139,7 @@ def trl_loss(
         sync_gradients=True,
     )
     args = SimpleNamespace(
-        delta=None,
+        delta=delta,
         use_bias_correction_kl=use_bias_correction_kl,
         steps_per_generation=steps_per_generation,
         sapo_temperature_pos=1.0,
@@ -276,6 +277,34 @@ def k3_mirror_is_not_kl() -> bool:
     forward = (pi * (pi.log() - ref.log())).sum()
     backward = (ref * (ref.log() - pi.log())).sum()
     return not torch.isclose(mirrored, forward) and not torch.isclose(mirrored, backward)
+
+
+def delta_is_a_dual_clip() -> bool:
+    """TRL's loss with delta = c equals dual-clip PPO's (arXiv:1912.09729, eq. 3 as verl's
+    `compute_policy_loss_vanilla` writes it) for either sign of A, and an A = -1 token at ratio
+    10 loses c, not 1 + c."""
+    c, epsilon = 3.0, 0.2
+    for advantage in (-1.0, 1.0):
+        for ratio in (0.5, 1.1, 2.5, 10.0):
+            logps = torch.tensor([[math.log(ratio)]])
+            trl = trl_loss(
+                "bnpo",
+                logps,
+                torch.tensor([advantage]),
+                torch.ones(1, 1, dtype=torch.long),
+                old=torch.zeros(1, 1),
+                epsilon=epsilon,
+                delta=c,
+            ).item()
+            clipped = max(
+                -ratio * advantage, -min(max(ratio, 1 - epsilon), 1 + epsilon) * advantage
+            )
+            dual = min(-c * advantage, clipped) if advantage < 0 else clipped
+            if not close(trl, dual, 1e-5):
+                return False
+            if advantage < 0 and ratio == 10.0 and not close(trl, c, 1e-5):
+                return False
+    return True
 
 
 def advantage_bound_holds() -> bool:
@@ -428,6 +457,14 @@ CLAIMS = [
         "SKILL.md",
         "whose mean over the policy's samples is KL(policy ||\n   reference)",
         k3_expectation_matches_kl,
+    ),
+    Claim(
+        "SKILL.md",
+        "caps the loss\n  of an A < 0 token at `-c·A`, its ratio at c itself, not at 1 + c",
+        delta_is_a_dual_clip,
+    ),
+    Claim(
+        "SKILL.md", "TRL's `delta` gives the same cap when δ > 1 + eps_high.", delta_is_a_dual_clip
     ),
     Claim(
         "SKILL.md",
