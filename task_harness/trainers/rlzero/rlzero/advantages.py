@@ -38,8 +38,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
 
 def batch_scaled_advantages(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
     """The centred rewards (`_centred`: the group's mean is the baseline) normalised
-    (`_normalised`) by std_B, the population std of every scored reward of the rollout (TRL's
-    scale_rewards="batch"), so a group whose rewards barely differ keeps small advantages."""
+    (`_normalised`) by std_B, the population std of every scored reward of the rollout (the
+    batch-wide scale of TRL's scale_rewards="batch", whose std divides by n - 1), so a group whose
+    rewards barely differ keeps small advantages."""
     centred, _ = _centred(rewards, group_size)
     values = rewards[~torch.isnan(rewards)]
     std = (values - values.mean()).pow(2).mean().sqrt() if values.numel() else torch.tensor(0.0)
