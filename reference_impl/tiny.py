@@ -73,6 +73,14 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _build_model(spec: TinySpec, tokenizer: PreTrainedTokenizerFast) -> torch.nn.Module:
+    # The caller's random state is left as it was: a training script seeds, then loads; were the
+    # first load (which builds) to reseed and draw, the first run would sample differently from
+    # every later one, which loads from the cache.
+    with torch.random.fork_rng(devices=[]):
+        return _initialised_model(spec, tokenizer)
+
+
+def _initialised_model(spec: TinySpec, tokenizer: PreTrainedTokenizerFast) -> torch.nn.Module:
     torch.manual_seed(spec.seed)
     config = Qwen2Config(
         vocab_size=len(VOCABULARY),

@@ -419,3 +419,16 @@ def test_beta_without_reference_logps():
 )
 def test_train_config_rejects(field, value, named):
     _raises_one_line(lambda: TrainConfig(**{field: value}).resolved(), named)
+
+
+def test_the_first_load_leaves_the_callers_random_state(tmp_path, monkeypatch):
+    """A training script seeds, then loads the tiny model. The first load builds and caches it,
+    later ones read the cache: both leave the random stream where the seed put it, so the first
+    run of a fresh workspace logs what every later one does."""
+    monkeypatch.setenv("GRPO_SKILL_CACHE", str(tmp_path))
+    draws = []
+    for _ in range(2):  # builds, then loads from the cache
+        torch.manual_seed(123)
+        load_tiny()
+        draws.append(torch.rand(4))
+    assert torch.equal(draws[0], draws[1])
