@@ -307,6 +307,18 @@ def delta_is_a_dual_clip() -> bool:
     return True
 
 
+def k1_expected_gradient_is_zero() -> bool:
+    """The gradient of k1 = logp - ref, summed over an exact 5-token softmax weighted by pi, is
+    0 (E_pi[grad log pi] = 0), while k3's is not."""
+    logits = torch.tensor([0.3, -1.2, 2.0, 0.1, -0.4], dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([1.0, 0.0, -1.0, 0.5, 0.2], dtype=torch.float64), -1)
+    logp = torch.log_softmax(logits, -1)
+    weights = logp.exp().detach()
+    (k1_grad,) = torch.autograd.grad((weights * (logp - ref)).sum(), logits, retain_graph=True)
+    (k3_grad,) = torch.autograd.grad((weights * per_token_kl(logp, ref)).sum(), logits)
+    return k1_grad.abs().max().item() < 1e-12 and k3_grad.abs().max().item() > 1e-3
+
+
 def advantage_bound_holds() -> bool:
     generator = torch.Generator().manual_seed(0)
     for group in range(2, 9):
@@ -457,6 +469,16 @@ CLAIMS = [
         "SKILL.md",
         "whose mean over the policy's samples is KL(policy ||\n   reference)",
         k3_expectation_matches_kl,
+    ),
+    Claim(
+        "SKILL.md",
+        "k1, `logp - ref` added to the loss, has a gradient of zero in expectation",
+        k1_expected_gradient_is_zero,
+    ),
+    Claim(
+        "algorithm",
+        "as a loss term it penalises\nnothing: its gradient is ∇ℓ, whose expectation under π_θ is Σ π_θ ∇ℓ = ∇ Σ π_θ = 0.",
+        k1_expected_gradient_is_zero,
     ),
     Claim(
         "SKILL.md",
