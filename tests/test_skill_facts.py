@@ -86,8 +86,10 @@ CITED_LINES = {
     2229: 'if is_conversational({"prompt": prompts[0]}):',
     2247: "batch_decode(completion_ids, skip_special_tokens=True)",
     2324: "def _generate_and_score_completions(",
+    2492: "completion_mask = completion_mask * (~is_truncated).unsqueeze(1).int()",
     2498: "num_items_in_batch = self.accelerator.gather(loss_mask.sum()).sum()",
     2642: "generate_every = self.args.steps_per_generation * self.num_iterations",
+    2763: "rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)",
     2787: "advantages = advantages / (std_rewards + 1e-4)",
     2810: "advantages = torch.nan_to_num(advantages, nan=0.0)",
     2939: "def compute_loss(",
@@ -97,6 +99,7 @@ CITED_LINES = {
     3113: "coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)",
     3116: "coef_1 = torch.clamp(coef_1, max=self.args.delta)",
     3153: 'if self.loss_type in ["grpo", "sapo"]:',
+    3154: "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()",
 }
 
 
@@ -319,6 +322,16 @@ def k1_expected_gradient_is_zero() -> bool:
     return k1_grad.abs().max().item() < 1e-12 and k3_grad.abs().max().item() > 1e-3
 
 
+def grpo_mean_counts_empty_rows() -> bool:
+    """TRL's `grpo` loss of three rows, the last with no counted token (as
+    mask_truncated_completions leaves it), is the sum of the two kept rows' means over 3 rows."""
+    logps = torch.zeros(3, 2)
+    advantages = torch.tensor([1.0, -0.5, 2.0])
+    mask = torch.tensor([[1, 1], [1, 0], [0, 0]])
+    loss = trl_loss("grpo", logps, advantages, mask, max_completion_length=2).item()
+    return close(loss, -(1.0 - 0.5) / 3, 1e-6) and not close(loss, -(1.0 - 0.5) / 2, 1e-3)
+
+
 def advantage_bound_holds() -> bool:
     generator = torch.Generator().manual_seed(0)
     for group in range(2, 9):
@@ -487,6 +500,11 @@ CLAIMS = [
     ),
     Claim(
         "SKILL.md", "TRL's `delta` gives the same cap when δ > 1 + eps_high.", delta_is_a_dual_clip
+    ),
+    Claim(
+        "SKILL.md",
+        "mean over all B rows of (sum of m*l over tokens / tokens in the row); a row with no counted token adds 0",
+        grpo_mean_counts_empty_rows,
     ),
     Claim(
         "SKILL.md",

@@ -88,6 +88,15 @@ def _length_or_none(prompts, completions, completion_ids, **_):
     ]
 
 
+def _first_id_or_none(prompts, completions, completion_ids, **_):
+    """`_length_or_none` read from the first token only, which every masking rule counts: a
+    masking bug left in does not reach the rewards it gives."""
+    return [
+        None if p.startswith("A") else 0.1 * ids[0] if len(ids) else 0.0
+        for p, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
 @probe("rewards.score_with_none", "rewards")
 def _():
     prompts = ["1 =", "1 =", "A =", "A ="]
@@ -187,10 +196,11 @@ def _fixed_rollout(
     seed: int = 4,
     rows: list[dict] = ROLLOUT_ROWS,
     reward_fns: list[Callable] | None = None,
+    other: Callable | None = _length_or_none,
 ):
     """Learner.rollout of `rows` with sampling replaced by `completions` (as the sampler would
     return them for those prompts), so every later step of the rollout is deterministic; scored
-    by `reward_fns` (default: the prompt's answer, recorded, and `_length_or_none`)."""
+    by `reward_fns` (default: the prompt's answer, recorded, and `other` if any)."""
     learner_module = rz("learner")
     model, tokenizer = _tiny(seed)
     seen = {}
@@ -203,7 +213,7 @@ def _fixed_rollout(
         return _answers(prompts, completions, completion_ids, answer)
 
     cfg = _config(**config)
-    reward_fns = reward_fns or [recorded, _length_or_none]
+    reward_fns = reward_fns or [recorded] + ([other] if other else [])
     learner = learner_module.Learner(cfg, model, tokenizer, reward_fns)
     return learner, _rollout_of(learner, completions, seed, rows), seen
 
@@ -228,13 +238,44 @@ ROLLOUT_COMPLETIONS = torch.tensor(
 
 @probe("masking.rollout", "masking")
 def _():
-    _, batch, seen = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
+    """The counted tokens of a rollout, what the reward function is handed and what it gives:
+    one function, so how several are mixed (the rewards stage's) does not reach this."""
+    _, batch, seen = _fixed_rollout(
+        ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3}, other=None
+    )
     return {
         "completion_mask": batch.completion_mask,
         "attention_mask": batch.attention_mask,
         "reward_ids": seen["completion_ids"],
         "rewards": batch.rewards,
     }
+
+
+# Two prompts, G = 4: rows 1, 3, 5 and 7 never produce EOS (token 1) and are cut at the budget.
+TRUNCATED_COMPLETIONS = torch.tensor(
+    [[4, 1, 1], [4, 4, 4], [5, 4, 1], [5, 5, 5], [9, 1, 1], [9, 9, 9], [1, 1, 1], [7, 7, 7]]
+)
+
+
+@probe("masking.truncated_rows", "masking")
+def _():
+    """With `mask_truncated` the rows cut at the budget leave the loss, and only the loss (TRL's
+    mask_truncated_completions zeroes their completion mask, gt:L2492, and scores every
+    completion, gt:L2753): their rewards still count in their group's mean. One reward function
+    returns given rewards and the advantages are mean-only, so neither the rewards' nor the
+    advantages' stage reaches this."""
+    _, batch, _ = _fixed_rollout(
+        TRUNCATED_COMPLETIONS,
+        {
+            "group_size": 4,
+            "max_new_tokens": 3,
+            "mask_truncated": True,
+            "advantage_estimator": "mean_only",
+        },
+        rows=ROLLOUT_ROWS,
+        reward_fns=_given([1.0, 0.5, 0.0, 0.25, 1.0, 0.0, 0.5, 0.75]),
+    )
+    return {"left_out": batch.left_out, "advantages": batch.advantages}
 
 
 @probe("generation.rollout_pairs", "generation")
@@ -248,7 +289,9 @@ def _():
 def _():
     """Each completion is judged with its own prompt's row: the rewards of a rollout and the
     prompts and answers the reward functions were handed."""
-    _, batch, seen = _fixed_rollout(ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3})
+    _, batch, seen = _fixed_rollout(
+        ROLLOUT_COMPLETIONS, {"group_size": 3, "max_new_tokens": 3}, other=_first_id_or_none
+    )
     return {"rewards": batch.rewards, "prompts": seen["prompts"], "answers": seen["answers"]}
 
 
@@ -256,11 +299,11 @@ def _():
 @probe("advantages.rollout", "advantages", given=True)
 def _():
     """The advantages the rollout computes from its rewards (the configured estimator, epsilon
-    and std), on the loop's rollout, whose reward functions return the given scores: how the
+    and std), on the loop's rollout, whose one reward function returns the given rewards: how the
     rollout counts tokens or lays out reward rows is not this stage's."""
     given = INPUTS.get("loop") or loop_inputs()
     _, batch, _ = _fixed_rollout(
-        LOOP_COMPLETIONS, LOOP_BASE, rows=LOOP_ROWS, reward_fns=_scorers(given=given["scores"])
+        LOOP_COMPLETIONS, LOOP_BASE, rows=LOOP_ROWS, reward_fns=_given(given["rewards"])
     )
     return batch.advantages
 
@@ -403,40 +446,52 @@ LOOP_BASE = {"group_size": 6, "max_new_tokens": 3, "lr": 1e-2}
 INPUTS: dict = {}
 
 
-def _scorers(record: list | None = None, given: list | None = None) -> list[Callable]:
+def _scorers(record: list) -> list[Callable]:
     """The loop's reward functions, `_answers` and `_length_or_none`: each records what it
-    returns in `record`, or returns its column of `given` whatever it is handed."""
+    returns in `record`."""
 
-    def scorer(k: int, fn: Callable) -> Callable:
+    def scorer(fn: Callable) -> Callable:
         def score(prompts, completions, completion_ids, **columns):
-            if given is not None:
-                return list(given[k])
             values = fn(prompts, completions, completion_ids, **columns)
             record.append(list(values))
             return values
 
         return score
 
-    return [scorer(k, fn) for k, fn in enumerate((_answers, _length_or_none))]
+    return [scorer(fn) for fn in (_answers, _length_or_none)]
 
 
 def loop_inputs() -> dict:
     """What the stages before the update make of the loop's rollout, on the rlzero importable now:
-    the counted tokens (`completion_mask`), what each reward function returns for each row
-    (`scores`, with the counted tokens it is handed) and the rows the loss leaves out. The
-    verifier computes them on the intended rlzero and passes them to both sides (the job's
-    "inputs"), so a masking or reward bug left in the agent's rollout does not reach the loop
-    probes of a stage it fixed; the child only uses them. The advantages are left to the
-    learner: they carry the task's conventions (conventions.py)."""
+    the counted tokens (`completion_mask`), each row's reward, its reward functions' scores (with
+    the counted tokens they are handed) mixed as the rollout mixes them (`rewards`, None for a row
+    no function scored), and the rows the loss leaves out. The verifier computes them on the
+    intended rlzero and passes them to both sides (the job's "inputs"), so a masking or reward bug
+    left in the agent's rollout does not reach the loop probes of a stage it fixed; the child
+    only uses them. The advantages are left to the learner: they carry the task's conventions
+    (conventions.py)."""
     record: list = []
     _, batch, _ = _fixed_rollout(
         LOOP_COMPLETIONS, LOOP_BASE, rows=LOOP_ROWS, reward_fns=_scorers(record)
     )
+    per_fn = torch.tensor([[NAN if v is None else float(v) for v in column] for column in record]).T
+    mixed = rz("rewards").mix_rewards(per_fn, None).tolist()
     return {
         "completion_mask": batch.completion_mask,
-        "scores": record,
+        "rewards": [None if value != value else value for value in mixed],
         "left_out": batch.left_out,
     }
+
+
+def _given(rewards: list) -> list[Callable]:
+    """One reward function that returns `rewards` whatever it is handed: mixed alone with weight
+    1, by a weighted sum or any weighted mean, it is the reward itself, so how the rollout mixes
+    several functions (the rewards stage's) does not reach the probe."""
+
+    def given(prompts, completions, completion_ids, **_):
+        return list(rewards)
+
+    return [given]
 
 
 def _learned(config: dict) -> dict:
@@ -446,11 +501,11 @@ def _learned(config: dict) -> dict:
     return {"loss": loss, "stats": stats, "params": params}
 
 
-def _learn(config: dict):
+def _learn(config: dict, left_out: torch.Tensor | None = None):
     """`Learner.learn` on the loop's rollout as the learner's own `rollout` makes it (its input
     ids, rewards, advantages and reference log-probs: a bug in how the rollout scores the
     reference is the KL stage's), but with what the stages before it make given
-    (`INPUTS["loop"]`, the intended rlzero's): the reward functions return the given scores, and
+    (`INPUTS["loop"]`, the intended rlzero's): one reward function returns the given rewards, and
     the counted tokens and rows left out are the given ones. Its old log-probs are the policy's
     own, scored as the learner scores them: the first pass's ratio is 1 whatever the trust
     region, and a fix that scores the old log-probs in a forward pass of its own (TRL's way
@@ -463,14 +518,16 @@ def _learn(config: dict):
         LOOP_COMPLETIONS,
         LOOP_BASE | config,
         rows=LOOP_ROWS,
-        reward_fns=_scorers(given=given["scores"]),
+        reward_fns=_given(given["rewards"]),
     )
     mask = given["completion_mask"]
     n_new = mask.size(1)
     prompt_attention = batch.attention_mask[:, :-n_new]
     batch.completion_mask = mask.clone()
     batch.attention_mask = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], 1)
-    batch.left_out = None if given["left_out"] is None else given["left_out"].clone()
+    if left_out is None:
+        left_out = given["left_out"]
+    batch.left_out = None if left_out is None else left_out.clone()
     with torch.no_grad():
         own = rz("learner").completion_logprobs(
             learner.policy, batch.input_ids, batch.attention_mask, n_new, learner.cfg.temperature
@@ -492,6 +549,25 @@ def _step_with_sgd(learner) -> None:
     params = [p for group in learner.optimizer.param_groups for p in group["params"]]
     learner.optimizer = torch.optim.SGD(params, lr=learner.cfg.lr)
     learner.scheduler = None
+
+
+# The loop's last two completions left out of the loss (as RunConfig.mask_truncated or
+# skip_zero_std_groups leaves rows out); the advantages of the four kept ones do not sum to 0.
+LOOP_LEFT_OUT = torch.tensor([False, False, False, False, True, True])
+
+
+@probe("loss_aggregation.left_out_rows", "loss_aggregation", given=True)
+def _():
+    """The loss of one optimizer step with rows left out, for "grpo" and "dr_grpo": a left-out
+    row still counts in the number of rows the sum is divided by (TRL averages over every row of
+    the batch, a row with no counted token adding 0, gt:L3154; dr_grpo divides by every row
+    times the budget). The first pass's ratio is 1 and the loop's completions have counted
+    tokens, so the loss is a weighted sum of the kept rows' advantages whatever the log-probs
+    are: how they are scored is not this stage's."""
+    return [
+        _learn({"passes": 1, "loss_type": loss_type}, left_out=LOOP_LEFT_OUT)[1]
+        for loss_type in ("grpo", "dr_grpo")
+    ]
 
 
 @probe("ratio.second_pass", "ratio", given=True)
