@@ -457,7 +457,7 @@ def _select_trainer(spec: CandidateSpec) -> None:
     config_cls, values = GRPOConfig, {}
     if spec.grpo_config is not None:
         config_cls, values = _user_config(spec, GRPOConfig)
-    trl_trainer.check_subclass(cls, config_cls, values)
+    trl_trainer.check_subclass(cls, config_cls, values, spec.config)
 
 
 _IMPORTED: dict[str, object] = {}

@@ -8,7 +8,8 @@ config (a dict of GRPOConfig fields whose conventions the checks then compare ag
 `_compute_loss` override with a wrong normaliser fails in `loss_aggregation` alone, located at the
 override's line; from 1.14.2 an advantage override with population std passes once it declares
 `std_estimator: population` in YAML (`trainer:`), and fails in `advantages` at its line without;
-on 1.16.0 a clip with one epsilon is told to declare `clipping: symmetric`, and passes once it does.
+on 1.16.0 a clip with one epsilon is told to declare `clipping: symmetric`, and passes once it does,
+and an `epsilon_high: 0.28` declared in YAML over a config without it is the one TRL's clip runs at.
 A `_compute_loss` whose KL term is not TRL's local `per_token_kl` (a renamed copy of TRL's, and from
 1.14.2 the team's own token-mean loss) has its per-token KL measured by value and passes; the same
 loss with k3 reversed fails at its `def`; one that averages over padding skips with that cause.
@@ -146,6 +147,13 @@ def _jobs(version: str, tmp_path: Path) -> dict[str, list]:
             yaml = tmp_path / f"{name}.yaml"
             yaml.write_text(f"trainer: {SUBCLASSES}:SymmetricClipGRPOTrainer\nconfig: {config}\n")
             jobs[name] = [str(yaml), None, ["clipping"]]
+        # clip-higher declared beside the trainer, its GRPOConfig left at the release's default
+        # (epsilon_high None): TRL's clip, which honours it, and the one-epsilon clip, which not
+        for name, cls in (("clip_higher", "Logging"), ("clip_higher_symmetric", "SymmetricClip")):
+            yaml = tmp_path / f"{name}.yaml"
+            config = "{epsilon: 0.2, epsilon_high: 0.28}"
+            yaml.write_text(f"trainer: {SUBCLASSES}:{cls}GRPOTrainer\nconfig: {config}\n")
+            jobs[name] = [str(yaml), None, ["clipping"]]
     if version == "1.16.0":  # a correct loss whose KL term has a name of its own
         jobs["renamed_kl"] = ["trainer_subclasses.py:RenamedKLGRPOTrainer", None, ["kl"]]
     if version != "0.17.0":  # the team's own `_compute_loss` (TRL 1.x), correct and buggy
@@ -269,6 +277,22 @@ def test_a_symmetric_clip_is_told_how_to_declare_itself_and_passes_once_declared
     cispo = declared["skipped"]["clipping.cispo_caps_weight_at_epsilon_high"]
     assert "clipping: symmetric" in cispo
     assert declared["summary"]["pass"] >= 4, declared["summary"]
+
+
+@pytest.mark.xdist_group("trainer_subclass_1.16.0")
+def test_an_epsilon_high_declared_in_yaml_is_the_one_the_trainer_is_driven_at(tmp_path_factory):
+    """`config: {epsilon: 0.2, epsilon_high: 0.28}` beside a trainer whose GRPOConfig leaves
+    epsilon_high at None: the checks pass no keyword equal to a declared value, so the trainer
+    must run at the declared 0.28 when none is passed, not at the 0.2 its own config resolves
+    None to (which failed TRL's own clip as "epsilon_high is ignored"). A clip that does ignore
+    it still fails so."""
+    reports = release_reports("1.16.0", tmp_path_factory)
+    honoured = reports["clip_higher"]
+    assert honoured["failing"] == [], honoured["failing"]
+    assert "clipping.zero_gradient_outside_band" in honoured["passed"], honoured
+    failing = reports["clip_higher_symmetric"]["failing"]
+    band = [r for r in failing if r["check"] == "clipping.zero_gradient_outside_band"]
+    assert band and "epsilon_high is ignored" in band[0]["message"], failing
 
 
 # A fork of TRL 1.16 as in the trl-skillsbench-trio task: `_generate` decodes with the fork's

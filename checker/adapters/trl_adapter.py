@@ -63,7 +63,10 @@ from reference_impl import trl_driver
 # TRL's GRPOTrainer, or the user's subclass of it (`grpo-check FILE.py:CLASS`): each method
 # named below is then the subclass's override where it has one, and its failures are located there.
 GRPOTrainer = checked_class()
-CONVENTIONS: dict[str, Any] = trl_conventions.conventions(GRPOConfig, harness.declared_config())
+CONVENTIONS: dict[str, Any] = trl_conventions.with_declared(
+    trl_conventions.conventions(GRPOConfig, harness.declared_config()),
+    harness.declared_conventions(),
+)
 SUPPORTED: dict[str, list] = trl_conventions.supported(GRPOConfig)
 TRL_VERSION = trl_shims.RELEASE_TEXT
 _BOOL_SCALE_REWARDS = "scale_rewards" in SUPPORTED

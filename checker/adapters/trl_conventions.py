@@ -59,6 +59,16 @@ def conventions(config_cls: type, declared: dict[str, Any] | None = None) -> dic
     }
 
 
+def with_declared(conventions: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
+    """`conventions` with the keyword values declared beside a subclass (YAML `config:`, the
+    protocol's names) in place of its GRPOConfig's. A check passes no keyword equal to the
+    candidate's declared value, so the adapter's default must be that value: `epsilon_high: 0.28`
+    declared over a config that leaves it None would otherwise be driven at the 0.2 TRL resolves
+    None to. The named semantics stay the release's (the candidate's config carries the rest)."""
+    keywords = {k: v for k, v in declared.items() if k in conventions and k not in NAMED_SEMANTICS}
+    return conventions | keywords
+
+
 def supported(config_cls: type) -> dict[str, list]:
     """The values of each keyword the release can take; checks that need others are skipped."""
     have = config_fields(config_cls)

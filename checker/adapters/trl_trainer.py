@@ -52,20 +52,28 @@ GRPO_TRAINER_FILE = str(Path(inspect.getsourcefile(GRPOTrainer)).resolve())
 
 @dataclass
 class CheckedTrainer:
-    """What is built: the trainer class, its config class and the user's config values."""
+    """What is built: the trainer class, its config class and the user's config values, and the
+    conventions declared beside the trainer (YAML `config:`, the protocol's names)."""
 
     cls: type = GRPOTrainer
     config_cls: type = GRPOConfig
     values: dict[str, Any] = field(default_factory=dict)
+    conventions: dict[str, Any] = field(default_factory=dict)
 
 
 _CHECKED = CheckedTrainer()
 
 
-def check_subclass(cls: type, config_cls: type = GRPOConfig, values: dict | None = None) -> None:
-    """Build `cls` (a GRPOTrainer subclass) with `values` of `config_cls` from now on."""
+def check_subclass(
+    cls: type,
+    config_cls: type = GRPOConfig,
+    values: dict | None = None,
+    conventions: dict | None = None,
+) -> None:
+    """Build `cls` (a GRPOTrainer subclass) with `values` of `config_cls` from now on, and drive
+    it at the declared `conventions` where a check passes no value of its own."""
     global _CHECKED
-    _CHECKED = CheckedTrainer(cls, config_cls, dict(values or {}))
+    _CHECKED = CheckedTrainer(cls, config_cls, dict(values or {}), dict(conventions or {}))
     _built.cache_clear()
 
 
@@ -77,6 +85,11 @@ def checked_class() -> type:
 def declared_config() -> dict[str, Any]:
     """The user's values of the GRPOConfig fields the checks compare against."""
     return {k: v for k, v in _CHECKED.values.items() if k in CONVENTION_FIELDS}
+
+
+def declared_conventions() -> dict[str, Any]:
+    """The conventions declared beside the trainer (YAML `config:`), by the protocol's names."""
+    return dict(_CHECKED.conventions)
 
 
 def chosen_config() -> dict[str, Any]:
