@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from rlzero_harness import inputs_of, observe
 
 from reference_impl.protocol import ALL_FUNCTIONS
@@ -341,3 +342,17 @@ def test_the_loop_inputs_cross_to_the_child_as_plain_data(intended, tmp_path):
     direct, child = observe(intended, [], names, inputs), observe(intended, [], names, crossed)
     assert [n for n in names if not judge.same(child[n], direct[n])] == []
     assert not [n for n, v in direct.items() if isinstance(v, dict) and "error" in v]
+
+
+def test_a_failure_names_the_entry_that_differs_not_those_that_agree():
+    """Two observations with the same keys: the log line shows the differing entry only, so a
+    long entry that agrees does not push it out of the line."""
+    agree = torch.tensor([False, True] * 4)
+    expected = {"left_out": agree, "advantages": torch.tensor([0.5, -0.5])}
+    seen = {"left_out": agree.clone(), "advantages": torch.tensor([0.25, -0.25])}
+    line = judge.difference(expected, seen)
+    assert (
+        line
+        == "expected {advantages: tensor(2,)[0.5, -0.5]}, got {advantages: tensor(2,)[0.25, -0.25]}"
+    )
+    assert "left_out" not in line

@@ -61,5 +61,23 @@ def describe(value) -> str:
         return (
             "[" + ", ".join(describe(v) for v in value[:4]) + (", ...]" if len(value) > 4 else "]")
         )
+    if isinstance(value, dict):
+        shown = ", ".join(f"{key}: {describe(item)}" for key, item in list(value.items())[:4])
+        return "{" + shown + (", ...}" if len(value) > 4 else "}")
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def difference(expected, seen) -> str:
+    """"expected X, got Y" for the verifier log; of two observations with the same keys, only the
+    entries that differ, so the one that failed is not cut off behind those that agree."""
+    if (
+        isinstance(expected, dict)
+        and isinstance(seen, dict)
+        and "error" not in seen
+        and set(expected) == set(seen)
+    ):
+        differing = [key for key in expected if not same(seen[key], expected[key])]
+        expected = {key: expected[key] for key in differing}
+        seen = {key: seen[key] for key in differing}
+    return f"expected {describe(expected)}, got {describe(seen)}"

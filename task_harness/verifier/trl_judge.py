@@ -24,7 +24,7 @@ import math
 
 import plain
 import torch
-from judge import describe, same
+from judge import describe, difference, same
 
 from reference_impl.trl_semantics import parse, semantics, value
 
@@ -286,7 +286,7 @@ def _batch_problems(name: str, batch: dict) -> list[str]:
 
 # --- the rules --------------------------------------------------------------------------------------
 def _fail(name: str, seen, expected) -> str:
-    return f"{name}: expected {describe(expected)}, got {describe(seen)}"
+    return f"{name}: {difference(expected, seen)}"
 
 
 def _rewards(rpf: torch.Tensor, weights, conventions: dict) -> torch.Tensor:

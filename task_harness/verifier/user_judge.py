@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import plain
 import torch
-from judge import describe, same
+from judge import difference, same
 
 G = 4
 PROMPTS = 3
@@ -289,5 +289,5 @@ def judge(job: dict, seen: dict, intended: dict) -> dict[str, list[str]]:
         elif not same(got.get("inputs"), given):
             found.append(f"{name}: the trainer reported inputs other than the verifier's")
         elif not same(got["output"], expected):
-            found.append(f"{name}: expected {describe(expected)}, got {describe(got['output'])}")
+            found.append(f"{name}: {difference(expected, got['output'])}")
     return problems

@@ -651,7 +651,7 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
     own trainer without its bugs (`expected/`) gives: its conventions are the intended ones, so
     neither TRL's nor reference_impl's behaviour stands in for them."""
     import rlzero_probes
-    from judge import describe, same
+    from judge import difference, same
 
     checks = sorted({bug["stage"] for bug in task["bugs"]})
     named = sorted({name for decoy in task["decoys"] for name in decoy["probes"]})
@@ -666,7 +666,7 @@ def check_independent(task: dict, children: Children) -> dict[str, list[str]]:
         stage = rlzero_probes.PROBES[name][0]
         got = seen.get(name, {"error": "not observed"})
         if stage in problems and not same(got, expected):
-            problems[stage].append(f"{name}: expected {describe(expected)}, got {describe(got)}")
+            problems[stage].append(f"{name}: {difference(expected, got)}")
     return problems | _decoy_problems(task, seen, intended)
 
 
