@@ -480,7 +480,7 @@ CLAIMS = [
     Claim("algorithm", "Its expectation\nunder π_θ is exactly that KL", k3_expectation_matches_kl),
     Claim(
         "SKILL.md",
-        "whose mean over the policy's samples is KL(policy ||\n   reference)",
+        "whose mean over the policy's samples is KL(policy \\|\\| reference)",
         k3_expectation_matches_kl,
     ),
     Claim(
