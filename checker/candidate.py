@@ -131,7 +131,10 @@ def _resolve(target: str, kind: str) -> CandidateSpec:
             raise TargetError(f"{target}: no such file")
         return CandidateSpec(target, "functions", path=str(path.resolve()))
     if path.is_dir():
-        raise TargetError(f"{target}: a folder; give a .py file, a dotted module or a YAML file")
+        raise TargetError(
+            f"{target}: a folder; give a .py file or dotted module that defines the stage "
+            "functions, or a YAML file that maps yours (`functions: {compute_loss: my_loss}`)"
+        )
     if not all(part.isidentifier() for part in target.split(".")):
         raise TargetError(f"{target}: not a file, a dotted module name or `trl`")
     return CandidateSpec(target, "functions", module=target)
@@ -318,7 +321,9 @@ def load_candidate(spec: CandidateSpec) -> Candidate:
         locations[name] = function_location(fn, spec.cwd)
     if not functions:
         raise TargetError(
-            f"{spec.target}: exposes none of the protocol functions ({', '.join(PROTOCOL_FUNCTIONS)})"
+            f"{spec.target}: exposes none of the protocol functions "
+            f"({', '.join(PROTOCOL_FUNCTIONS)}); a YAML file maps yours to them "
+            "(`functions: {compute_loss: my_loss}`), or a small module of wrappers can"
         )
     config = {**DEFAULTS, **spec.config}
     return Candidate(spec, functions, locations, config, dict(spec.supported))

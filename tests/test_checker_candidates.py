@@ -101,7 +101,7 @@ def test_diagnosis_clears_a_stage_whose_own_checks_pass():
 def test_unknown_kind_and_folder_targets_are_rejected(tmp_path):
     with pytest.raises(TargetError, match="unknown --kind"):
         resolve_target("x.py", "jax")
-    with pytest.raises(TargetError, match="a folder"):
+    with pytest.raises(TargetError, match="a folder; .* or a YAML file that maps yours"):
         resolve_target(str(tmp_path))
     assert resolve_target("trl").kind == "trl"
     assert isinstance(resolve_target("checker.examples.buggy_grpo"), CandidateSpec)

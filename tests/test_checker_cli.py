@@ -116,6 +116,7 @@ def test_misbehaving_candidate_is_reported_check_by_check(tmp_path):
     [
         ("syntax.py", "def combine_rewards(:\n", "syntax error in syntax.py:1"),
         ("empty.py", "X = 1\n", "exposes none of the protocol functions"),
+        ("other_names.py", "def my_loss(x):\n    return x\n", "a YAML file maps yours to them"),
         ("raises.py", "raise RuntimeError('no GPU')\n", "import failed: RuntimeError: no GPU"),
         ("exits.py", "import sys\nsys.exit(4)\n", "called sys.exit(4) while importing"),
         ("dies.py", "import os\nos._exit(5)\n", "died while loading the candidate (exit code 5)"),
