@@ -3,7 +3,8 @@
 Each reward function has TRL's signature, `f(prompts, completions, completion_ids, **columns)`,
 so the same task trains under `reference_impl.train` and under `trl.GRPOTrainer`.
 `completion_ids` are the token-id lists of the completions, as the trainer passes them.
-Learning rates and batch shapes come from measured runs (`tests/test_training.py` keeps them).
+Learning rates and batch shapes come from measured runs (grpo-skill's `tests/test_training.py` keeps
+them).
 """
 
 from __future__ import annotations
