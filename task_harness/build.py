@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 from task_harness.installed import package_dir
-from task_harness.spec import TaskSpec
+from task_harness.spec import TaskSpec, TaskSpecError
 from task_harness.verifier.digest import sha256, tree_digest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -381,5 +381,8 @@ def harbor_toml(spec: TaskSpec) -> str:
     text = text[:first_table] + '\nartifacts = ["/app"]\n' + text[first_table:]
     parsed = tomllib.loads(text)
     if parsed["metadata"]["grpo"] != spec.toml["grpo"]:
-        raise ValueError(f"task {spec.id}: could not move [grpo] under [metadata]")
+        raise TaskSpecError(
+            f"task {spec.id}: its [grpo] table reads differently under [metadata] (task.toml "
+            "edited since it was loaded, or a line inside a string that begins with '[grpo')"
+        )
     return text

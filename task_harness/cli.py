@@ -20,7 +20,8 @@ def _load(ids: tuple[str, ...], tasks_dir: Path):
 
 
 def _build_errors():
-    """Turn a patch that no longer applies into a one-line error instead of a traceback."""
+    """Turn a patch that no longer applies, or a spec that no longer builds, into a one-line
+    error instead of a traceback."""
     from contextlib import contextmanager
 
     from task_harness.mutants import MutantError
@@ -29,7 +30,7 @@ def _build_errors():
     def guard():
         try:
             yield
-        except MutantError as error:
+        except (MutantError, TaskSpecError) as error:
             raise click.ClickException(f"cannot build the task: {error}") from None
 
     return guard()
@@ -80,7 +81,8 @@ def verify_command(task_ids: tuple[str, ...], as_json: bool, jobs: int, tasks_di
     from task_harness.baselines import verify_tasks
 
     specs = _load(task_ids, tasks_dir)
-    rows = verify_tasks(specs, jobs=jobs, progress=None if as_json else click.echo)
+    with _build_errors():
+        rows = verify_tasks(specs, jobs=jobs, progress=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     sys.exit(0 if all(row["ok"] for row in rows) else 1)

@@ -123,3 +123,16 @@ def test_a_bug_whose_condition_the_run_lacks_or_that_is_unknown_is_refused(tmp_p
     toml.write_text(text.replace('condition = "pad == EOS"', 'condition = "on Tuesdays"'))
     with pytest.raises(TaskSpecError, match="unknown condition 'on Tuesdays'"):
         load_task(folder)
+
+
+def test_a_spec_edited_after_it_was_loaded_is_refused_with_its_cause(tmp_path):
+    """`tasks verify` loads every spec, then builds them one by one: a task.toml edited in
+    between gives a TaskSpecError naming the task (one line from the CLI), not a ValueError."""
+    source = next(s for s in SPECS if s.id == "rz-format-stop").folder
+    folder = tmp_path / "edited-task"
+    shutil.copytree(source, folder)
+    spec = load_task(folder)
+    toml = folder / "task.toml"
+    toml.write_text(re.sub(r"minutes = [\d.]+", "minutes = 99", toml.read_text(), count=1))
+    with pytest.raises(TaskSpecError, match="task.toml edited since it was loaded"):
+        build_task(spec, tmp_path / "built")

@@ -69,7 +69,7 @@ def describe(value) -> str:
 
 
 def difference(expected, seen) -> str:
-    """"expected X, got Y" for the verifier log; of two observations with the same keys, only the
+    """ "expected X, got Y" for the verifier log; of two observations with the same keys, only the
     entries that differ, so the one that failed is not cut off behind those that agree."""
     if (
         isinstance(expected, dict)
