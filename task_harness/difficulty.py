@@ -3,9 +3,10 @@
 Two measured inputs, each the share of the task that something other than debugging solves:
 
 - the checker: `grpo-check` run on the task's buggy workspace and on the same workspace fixed
-  by the oracle. A bug counts as found when a check of its stage fails on the buggy workspace
-  and passes on the fixed one (a check failing on both is a convention of the task, not a
-  finding). The share is the found bugs' weight over the weight of all bugs (decoys aside).
+  by the oracle. A bug counts as found when a check of its stage is flagged (fails, or errors:
+  the stage raised on the checker's inputs, which the report points at just the same) on the
+  buggy workspace and not on the fixed one (a check flagged on both is a convention of the
+  task, not a finding). The share is the found bugs' weight over the weight of all bugs (decoys aside).
   rlzero is checked through `trainers/rlzero_protocol.py` (a thin adapter, with its conventions
   declared), a TRL fork as the source tree it is, on its own release's dependencies. A user
   task's GRPOTrainer subclass is checked on the release the task pins, with the team's
@@ -195,7 +196,7 @@ def declare_user_conventions(spec: TaskSpec, fixed: Path, buggy: Path) -> None:
 
 
 def failing_checks(spec: TaskSpec, workspace: Path) -> dict[str, set[str]]:
-    """{stage: names of its checks that fail} when grpo-check runs on `workspace` (a copy)."""
+    """{stage: names of its flagged checks} when grpo-check runs on `workspace` (a copy)."""
     target, env = _target(spec, workspace)
     try:
         done = subprocess.run(
@@ -211,11 +212,17 @@ def failing_checks(spec: TaskSpec, workspace: Path) -> dict[str, set[str]]:
     if done.returncode not in (0, 1):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise DifficultyError(f"{spec.id}: grpo-check exited {done.returncode}: {last}")
-    failing: dict[str, set[str]] = {}
-    for result in json.loads(done.stdout)["results"]:
-        if result["status"] == "fail":
-            failing.setdefault(result["stage"], set()).add(result["check"])
-    return failing
+    return flagged_checks(json.loads(done.stdout)["results"])
+
+
+def flagged_checks(results: list[dict]) -> dict[str, set[str]]:
+    """{stage: names of its checks that failed or errored} from `grpo-check --json` results.
+    An error localises as a failure does: `grpo-check` exits 1 on either and names the stage."""
+    flagged: dict[str, set[str]] = {}
+    for result in results:
+        if result["status"] in ("fail", "error"):
+            flagged.setdefault(result["stage"], set()).add(result["check"])
+    return flagged
 
 
 def checker_findings(spec: TaskSpec, built: Path) -> tuple[str, ...]:

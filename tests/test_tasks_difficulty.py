@@ -48,6 +48,21 @@ def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path
     assert env["PYTHONPATH"].split(":")[0] == str(trl_release_path("1.14.2"))
 
 
+def test_a_check_that_errors_flags_its_stage_as_a_failure_does():
+    """rz-succ-temperature's untempered scorer raises inside the adapter on the buggy trainer:
+    the checker reports an error in that stage, and the user reads it as a finding."""
+    results = [
+        {"stage": "logprobs", "check": "logprobs.temperature", "status": "error"},
+        {"stage": "logprobs", "check": "logprobs.shift", "status": "pass"},
+        {"stage": "ratio", "check": "ratio.on_policy", "status": "fail"},
+        {"stage": "kl", "check": "kl.k3", "status": "skip"},
+    ]
+    assert difficulty.flagged_checks(results) == {
+        "logprobs": {"logprobs.temperature"},
+        "ratio": {"ratio.on_policy"},
+    }
+
+
 # `tasks difficulty` drives the checker on a fork, an rlzero workspace, or a user task's subclass
 # with the team's conventions declared by `profile --write` on its fixed trainer: every task is
 # measured, and the tasks of the two new families also have blind trials.
