@@ -37,6 +37,15 @@ DECOY_NEEDS = {
 }
 
 
+# What NOTES.md says of everything the conventions leave out: the verifier's probes hold rlzero to
+# reference_impl (TRL 1.16's GRPOTrainer) there, so an agent is told so rather than left to guess
+# whether a behaviour its docstring calls deliberate is a convention too.
+BEYOND_CONVENTIONS = (
+    "These are all of them: everywhere else rlzero is meant to compute what TRL 1.16's "
+    "GRPOTrainer computes for the same settings."
+)
+
+
 @dataclass(frozen=True)
 class Conventions:
     adv_eps: float = PRISTINE_EPS
@@ -59,7 +68,7 @@ class Conventions:
             "rlzero is our own small GRPO trainer (see its package docstring for the layout). "
             f"Its conventions are deliberate: {std} for the group advantages with "
             f"adv_eps {_number(self.adv_eps)}, an asymmetric trust region (clip_low {self.clip_low:g}, "
-            f"clip_high {self.clip_high:g}), and {loss}."
+            f"clip_high {self.clip_high:g}), and {loss}. {BEYOND_CONVENTIONS}"
         )
 
 

@@ -13,7 +13,13 @@ from rlzero_harness import inputs_of, observe
 
 from task_harness.baselines import BASELINE_MAX
 from task_harness.build import build_task
-from task_harness.conventions import DECOY_NEEDS, Conventions, draw, setup_patches
+from task_harness.conventions import (
+    BEYOND_CONVENTIONS,
+    DECOY_NEEDS,
+    Conventions,
+    draw,
+    setup_patches,
+)
 from task_harness.spec import load_tasks
 from task_harness.verifier import judge, rlzero_probes
 
@@ -87,6 +93,14 @@ def test_rz_tasks_state_distinct_conventions():
     """No two rz tasks share their NOTES.md conventions sentence (the intended trainer's)."""
     notes = [spec.toml["grpo"]["notes"] for spec in RZ_TASKS]
     assert len(set(notes)) == len(notes)
+
+
+def test_notes_say_the_conventions_listed_are_all_of_them():
+    """Every rz task's NOTES.md, shipped or drawn, closes its list of conventions: a behaviour the
+    code calls deliberate but the notes leave out is a bug, not a guess left to the agent."""
+    for spec in RZ_TASKS:
+        assert spec.toml["grpo"]["notes"].endswith(BEYOND_CONVENTIONS), spec.id
+    assert draw(random.Random(0)).notes().endswith(BEYOND_CONVENTIONS)
 
 
 @pytest.mark.parametrize("decoy", sorted(DECOY_NEEDS))
