@@ -41,8 +41,17 @@ DECOY_NEEDS = {
 # reference_impl (TRL 1.16's GRPOTrainer) there, so an agent is told so rather than left to guess
 # whether a behaviour its docstring calls deliberate is a convention too.
 BEYOND_CONVENTIONS = (
-    "These are all of them: everywhere else rlzero is meant to compute what TRL 1.16's "
-    "GRPOTrainer computes for the same settings."
+    "These are all of them: everywhere else its GRPO computations (rewards, advantages, "
+    "log-probs, masks, ratio, clipping, KL, loss, gradient accumulation) are meant to match TRL "
+    "1.16's GRPOTrainer for the same settings."
+)
+# Where the pristine trainer departs from TRL 1.16's defaults in every rz task, stated beside the
+# drawn conventions (trainers/rlzero_protocol.yaml declares the same to grpo-check): the
+# batch-wide advantage scale divides by n (TRL's scale_rewards="batch" by n - 1), and the KL is
+# plain k3 (TRL multiplies it by the ratio unless use_bias_correction_kl=False).
+PRISTINE_DEPARTURES = (
+    'the population std for advantage_estimator "batch", the KL as plain k3 (not multiplied by '
+    "the ratio: TRL's use_bias_correction_kl=False)"
 )
 
 
@@ -67,7 +76,7 @@ class Conventions:
         return (
             "rlzero is our own small GRPO trainer (see its package docstring for the layout). "
             f"Its conventions are deliberate: {std} for the group advantages with "
-            f"adv_eps {_number(self.adv_eps)}, an asymmetric trust region (clip_low {self.clip_low:g}, "
+            f"adv_eps {_number(self.adv_eps)}, {PRISTINE_DEPARTURES}, an asymmetric trust region (clip_low {self.clip_low:g}, "
             f"clip_high {self.clip_high:g}), and {loss}. {BEYOND_CONVENTIONS}"
         )
 
