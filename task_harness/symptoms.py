@@ -40,6 +40,8 @@ TRL_COLUMNS = {
     "clip_ratio/region_mean": "clip_ratio/region_mean",
     # Read by instructions' figures (tests/test_tasks_figures.py), compared by nothing here.
     "frac_reward_zero_std": "frac_reward_zero_std",
+    "clip_ratio/low_mean": "clip_ratio/low_mean",
+    "clip_ratio/high_mean": "clip_ratio/high_mean",
     "rewards/answer_reward/mean": "answer_reward",
     "rewards/brevity_reward/mean": "brevity_reward",
 }

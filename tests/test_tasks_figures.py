@@ -3,23 +3,30 @@
 A task's training script pins its threads and seed, and its instruction states figures as ranges
 wide enough for another machine's float rounding. Each claim below quotes the instruction and
 checks the quoted figure against the logged run (`task_harness/symptoms.py`: the script run
-fixed, the earlier run a user compares with, and with every bug, the run they see now). Every
-number of an instruction is a quoted claim or a setting of the run. The suite checks a few tasks
-(each run costs a training run); `GRPO_FIGURES=all` checks every task that has claims.
+fixed, the earlier run a user compares with, and with every bug, the run they see now; a few
+claims read a variant: the script with one setting changed, or one update of a fork's loss on a
+hand-made batch). Every number of an instruction is a quoted claim or a setting of the run. The
+suite checks a few tasks (each run costs a training run); `GRPO_FIGURES=all` checks every task
+that has claims.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import math
 import os
 import re
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import task_harness
 from task_harness import symptoms
 from task_harness.agent_env import agent_env
 from task_harness.build import build_task, fork_version
@@ -31,7 +38,10 @@ TASKS = {spec.id: spec for spec in load_tasks()}
 @dataclass(frozen=True)
 class Claim:
     quote: str  # the instruction's words, figure included
-    run: str  # "fixed" (the earlier run) or "all bugs" (the run now)
+    # "fixed" (the earlier run) or "all bugs" (the run now); either with a setting of the script
+    # changed ("all bugs, beta=0.0"), or its fork's loss on a hand-made batch ("fixed, hand-made
+    # batch"): see `logged_runs`
+    run: str
     holds: Callable[[symptoms.Run], bool]
 
 
@@ -46,6 +56,27 @@ def column(run: symptoms.Run, key: str, lines: slice = slice(None)) -> list[floa
 
 def within(value: float | None, low: float, high: float) -> bool:
     return value is not None and low <= value <= high
+
+
+def at_step(run: symptoms.Run, key: str, step: int) -> float | None:
+    """`key` on the log line of `step` (a TRL run logs every 10 steps: line 1 is step 10)."""
+    line = step // 10 - 1
+    return run.steps[line].get(key) if 0 <= line < len(run.steps) else None
+
+
+def _half_digit(figure: str) -> float:
+    """Half a unit of the last digit `figure` is stated with ("0.69": 0.005; "2": 0.5)."""
+    return 0.5 * 10 ** -len(figure.partition(".")[2]) + 1e-12
+
+
+def reads(value: float | None, figure: str) -> bool:
+    """Whether `value`, rounded to the digits of `figure` ("0.69", "about 2"), reads `figure`."""
+    return value is not None and abs(value - float(figure)) <= _half_digit(figure)
+
+
+def reaches(values: list[float], figure: str) -> bool:
+    """Whether one of `values`, rounded to the digits of `figure`, reads `figure` or more."""
+    return any(v >= float(figure) - _half_digit(figure) for v in values)
 
 
 CLAIMS: dict[str, list[Claim]] = {
@@ -347,7 +378,8 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda run: all(v > 3.4 for v in column(run, "length")) and run.steps[5]["kl"] < 1.3,
         ),
     ],
-    # 150-step claims checked on the 60 steps logged_runs records
+    # 150-step claims: checked on the whole run's 15 log lines (LOG_LINES) where they read past
+    # step 60
     "user-flat-grad": [
         Claim(
             "Every log line shows `'grad_norm': '0'` and `'kl': '0'`",
@@ -357,7 +389,9 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim(
             "`reward` stays between 0.08 and\n0.12 from the first line to the last",
             "all bugs",
-            lambda run: all(within(v, 0.08, 0.12) for v in column(run, "reward")),
+            lambda run: (
+                len(run.steps) == 15 and all(within(v, 0.08, 0.12) for v in column(run, "reward"))
+            ),
         ),
         Claim(
             "`rewards/answer_reward/mean` is about 0.05-0.08",
@@ -374,7 +408,10 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim(
             "below 0.08 from step 20 on and between 0.03\nand 0.08 until the end",
             "all bugs",
-            lambda run: all(within(v, 0.03, 0.08) for v in column(run, "reward")[1:]),
+            lambda run: (
+                len(run.steps) == 15
+                and all(within(v, 0.03, 0.08) for v in column(run, "reward")[1:])
+            ),
         ),
         Claim(
             "`grad_norm` stays below 0.25",
@@ -396,14 +433,272 @@ CLAIMS: dict[str, list[Claim]] = {
             ),
         ),
     ],
+    "trl-kl-reference": [
+        Claim(
+            "With\n`beta=0.0` the same script trains",
+            "all bugs, beta=0.0",
+            lambda run: (
+                not run.crash
+                and len(run.steps) == symptoms.TRL_LOG_LINES
+                and all(v > 0 for v in column(run, "grad_norm"))
+                and run.steps[-1]["reward"] > run.steps[0]["reward"]
+            ),
+        ),
+        Claim(
+            "the run dies in its very first step:\n"
+            "`TypeError: 'NoneType' object is not subscriptable`",
+            "all bugs",
+            lambda run: (
+                not run.steps and run.crash == "TypeError: 'NoneType' object is not subscriptable"
+            ),
+        ),
+    ],
+    "trl-never-stops": [
+        Claim(
+            "the run dies in its very first step (0/150): `IndexError: list index out of\nrange`",
+            "all bugs",
+            lambda run: not run.steps and run.crash == "IndexError: list index out of range",
+        ),
+        Claim(
+            "`rewards/answer_reward/mean` rose from 0.06 at step 10 to 0.69 at step 150",
+            "fixed",
+            lambda run: (
+                reads(at_step(run, "answer_reward", 10), "0.06")
+                and reads(at_step(run, "answer_reward", 150), "0.69")
+            ),
+        ),
+        Claim(
+            "`completions/mean_length` fell from 3.5 to 2.1 tokens by step 60 (one word and the end"
+            " of the\nanswer) and ended at 2.6",
+            "fixed",
+            lambda run: (
+                reads(at_step(run, "length", 10), "3.5")
+                and reads(at_step(run, "length", 60), "2.1")
+                and reads(at_step(run, "length", 150), "2.6")
+            ),
+        ),
+    ],
+    "trl-ratio-aggregation": [
+        Claim(
+            "`clip_ratio/region_mean`, `clip_ratio/low_mean` and\n`clip_ratio/high_mean` are"
+            " exactly 0 at every logging step of the 150",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 15
+                and all(
+                    v == 0.0
+                    for k in (
+                        "clip_ratio/region_mean",
+                        "clip_ratio/low_mean",
+                        "clip_ratio/high_mean",
+                    )
+                    for v in column(run, k)
+                )
+            ),
+        ),
+        Claim(
+            "a `clip_ratio/region_mean` between 0.01 and 0.055\nover the first 110 steps",
+            "fixed",
+            lambda run: all(
+                within(v, 0.01, 0.055) for v in column(run, "clip_ratio/region_mean", slice(11))
+            ),
+        ),
+        Claim(
+            "`rewards/answer_reward/mean` is 0.77 at step 150",
+            "all bugs",
+            lambda run: reads(at_step(run, "answer_reward", 150), "0.77"),
+        ),
+        Claim(
+            "against 0.91\nfor the earlier run",
+            "fixed",
+            lambda run: reads(at_step(run, "answer_reward", 150), "0.91"),
+        ),
+        Claim(
+            "one of 8 tokens and one of 2: the long answer is pushed down four times as hard as the"
+            "\nshort one",
+            "all bugs, hand-made batch",
+            lambda run: (
+                column(run, "tokens") == [8, 2]
+                and run.steps[1]["push"] > 0
+                and math.isclose(run.steps[0]["push"], 4 * run.steps[1]["push"], rel_tol=1e-4)
+            ),
+        ),
+        Claim(
+            "pushes each\nanswer equally, whatever its length",
+            "fixed, hand-made batch",
+            lambda run: (
+                column(run, "tokens") == [8, 2]
+                and run.steps[1]["push"] > 0
+                and math.isclose(run.steps[0]["push"], run.steps[1]["push"], rel_tol=1e-4)
+            ),
+        ),
+    ],
+    "trl-reward-weights-clipping": [
+        Claim(
+            "by step 40 `completions/mean_length` is down to 1.8 tokens",
+            "all bugs",
+            lambda run: reads(at_step(run, "length", 40), "1.8"),
+        ),
+        Claim(
+            "`rewards/brevity_reward/mean` reaches 0.98 by step 90",
+            "all bugs",
+            lambda run: reaches(column(run, "brevity_reward", slice(9)), "0.98"),
+        ),
+        Claim(
+            "`rewards/answer_reward/mean` stays between 0.45 and 0.75 over the last 60 of the 150"
+            " steps",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 15
+                and all(within(v, 0.45, 0.75) for v in column(run, "answer_reward", slice(9, 15)))
+            ),
+        ),
+        Claim(
+            "reached an answer reward of 0.95 by step\n110, with completions of about 4 tokens",
+            "fixed",
+            lambda run: (
+                reaches(column(run, "answer_reward", slice(11)), "0.95")
+                and all(reads(v, "4") for v in column(run, "length", slice(11)))
+            ),
+        ),
+        Claim(
+            "`grad_norm` jumps to 1.9 at step 50 and 1.8 at step 120",
+            "all bugs",
+            lambda run: (
+                reads(at_step(run, "grad_norm", 50), "1.9")
+                and reads(at_step(run, "grad_norm", 120), "1.8")
+            ),
+        ),
+        Claim(
+            "the\nearlier run stayed below 0.9 until its last line",
+            "fixed",
+            lambda run: len(run.steps) == 15 and max(column(run, "grad_norm", slice(14))) < 0.9,
+        ),
+    ],
+    "user-long-answers": [
+        Claim(
+            "Over the 150 steps `reward` stays between 0.08 and 0.13",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 15 and all(within(v, 0.08, 0.13) for v in column(run, "reward"))
+            ),
+        ),
+        Claim(
+            "`rewards/answer_reward/mean` between\n0.04 and 0.10",
+            "all bugs",
+            lambda run: all(within(v, 0.04, 0.10) for v in column(run, "answer_reward")),
+        ),
+        Claim(
+            "`completions/mean_length` between 3.6 and 3.9 tokens",
+            "all bugs",
+            lambda run: all(within(v, 3.6, 3.9) for v in column(run, "length")),
+        ),
+        Claim(
+            "on some lines exactly 0 (steps 70 and 80)",
+            "all bugs",
+            lambda run: (
+                [10 * i for i, s in enumerate(run.steps, 1) if s["grad_norm"] == 0] == [70, 80]
+            ),
+        ),
+    ],
+    "user-ref-anchor": [
+        Claim(
+            "`kl` is about 0.02 on the first line (step 10) and exactly `'0'` on every line after"
+            " it, for the\nwhole run",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 15
+                and reads(at_step(run, "kl", 10), "0.02")
+                and all(v == 0 for v in column(run, "kl", slice(1, None)))
+            ),
+        ),
+        Claim(
+            "`grad_norm` between 0.5 and 1.5",
+            "all bugs",
+            lambda run: all(within(v, 0.5, 1.5) for v in column(run, "grad_norm")),
+        ),
+        Claim(
+            "`reward` from\nabout 0.14 to 0.83",
+            "all bugs",
+            lambda run: (
+                reads(at_step(run, "reward", 10), "0.14")
+                and reads(at_step(run, "reward", 150), "0.83")
+            ),
+        ),
+    ],
+    "user114-kl-climb": [
+        Claim(
+            "`kl` climbs from about 0.1 at step 10 to above 1 by step 30 and stays between 1.4 and"
+            " 2.6 from\nstep 40 to the end",
+            "all bugs",
+            lambda run: (
+                len(run.steps) == 15
+                and reads(at_step(run, "kl", 10), "0.1")
+                and max(column(run, "kl", slice(3))) > 1
+                and all(within(v, 1.4, 2.6) for v in column(run, "kl", slice(3, None)))
+            ),
+        ),
+        Claim(
+            "`loss` is negative on every line, below -0.1 from step 40 on",
+            "all bugs",
+            lambda run: (
+                all(v < 0 for v in column(run, "loss"))
+                and all(v < -0.1 for v in column(run, "loss", slice(3, None)))
+            ),
+        ),
+        Claim(
+            "`reward`\nnever gets above 0.32",
+            "all bugs",
+            lambda run: all(v <= 0.32 for v in column(run, "reward")),
+        ),
+        Claim(
+            "from step 70 on `grad_norm` is below 0.01",
+            "all bugs",
+            lambda run: all(v < 0.01 for v in column(run, "grad_norm", slice(6, None))),
+        ),
+    ],
+}
+# Tasks whose claims read a 150-step run past step 60, to its end: all 15 of its log lines, where
+# the others' runs are cut as `symptoms.measure_task` cuts them (`symptoms.TRL_LOG_LINES`, 6).
+LOG_LINES = {
+    task_id: 15
+    for task_id in (
+        "user-flat-grad",
+        "user-loo-clip",
+        "trl-never-stops",
+        "trl-ratio-aggregation",
+        "trl-reward-weights-clipping",
+        "user-long-answers",
+        "user-ref-anchor",
+        "user114-kl-climb",
+    )
 }
 SUITE = ["rz-succ-temperature"]  # a task whose buggy run dies at once: the cheapest to run
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
+# The user family's project config: `TRAINING`, the settings every run of the project makes.
+USER_CONFIG = Path(task_harness.__file__).parent / "trainers" / "mygrpo" / "mygrpo" / "config.py"
+
+
+def user_training(spec) -> dict:
+    """`mygrpo/config.py`'s `TRAINING = dict(...)` as the task's setup patches leave it."""
+    text = USER_CONFIG.read_text()
+    for patch in spec.patches:
+        if patch.kind == "setup" and patch.mutant.file == "mygrpo/config.py":
+            text = patch.mutant.apply_to_text(text)
+    (call,) = (
+        node.value
+        for node in ast.parse(text).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "TRAINING"
+    )
+    return {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+
+
 def settings(spec) -> set[str]:
     """Numbers an instruction may state that are settings of the run, not measured figures."""
-    values = {str(v) for v in spec.train.values() if isinstance(v, int | float)}
+    train = (user_training(spec) if spec.family == "user" else {}) | spec.train
+    values = {str(v) for v in train.values() if isinstance(v, int | float)}
     values |= {"0", "1", "2", "3", "4", "7", "10", "150"}  # counts, the format task's "7"
     values |= {str(w) for w in TRL_REWARD_WEIGHTS}  # train_grpo.py's reward_weights
     if spec.trl_version:  # "TRL 0.17's defaults"
@@ -411,24 +706,109 @@ def settings(spec) -> set[str]:
     return values
 
 
-def logged_runs(spec) -> dict[str, symptoms.Run]:
-    """The task's script run fixed and with every bug, cut as `symptoms.measure_task` cuts it."""
+# One update of a trl fork's loss (TRL 1.16's `_compute_loss`) on a hand-made batch: two wrong
+# answers (advantage -1) of the lengths given as arguments, one prompt. It prints, per answer, its
+# length and its push: d loss / d log p(answer), the sum of the gradient over its tokens (> 0: the
+# update lowers the answer's probability).
+HAND_MADE_UPDATE = """
+import json, sys
+from pathlib import Path
+
+HERE = Path.cwd()
+sys.path[:0] = [str(HERE / "trl"), str(HERE)]  # the fork, as train_grpo.py imports it
+import torch
+from reward_fn import answer_reward, make_dataset
+from transformers import PreTrainedTokenizerFast
+from trl import GRPOConfig, GRPOTrainer
+
+torch.set_num_threads(1)
+lengths = [int(n) for n in sys.argv[1:]]
+width = max(lengths)
+config = GRPOConfig(
+    output_dir=str(HERE / "runs"), use_cpu=True, bf16=False, report_to="none", beta=0.0,
+    loss_type="grpo", per_device_train_batch_size=len(lengths), num_generations=len(lengths),
+    max_completion_length=width,
+)
+tokenizer = PreTrainedTokenizerFast.from_pretrained(HERE / "model")
+trainer = GRPOTrainer(
+    model=str(HERE / "model"), reward_funcs=[answer_reward], args=config,
+    train_dataset=make_dataset(), processing_class=tokenizer,
+)
+trainer.current_gradient_accumulation_steps = 1  # set by train()
+kept, score = {}, trainer._get_per_token_logps_and_entropies
+
+def keep(*args, **kwargs):
+    out = score(*args, **kwargs)
+    kept["logps"] = out[0]
+    return out
+
+trainer._get_per_token_logps_and_entropies = keep
+prompt = tokenizer(["3 ="] * len(lengths), return_tensors="pt")  # its answer is 4
+mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+trainer.model.train()
+loss = trainer._compute_loss(trainer.model, dict(
+    prompt_ids=prompt["input_ids"], prompt_mask=prompt["attention_mask"],
+    completion_ids=torch.full(mask.shape, tokenizer.convert_tokens_to_ids("7")),
+    completion_mask=mask, advantages=-torch.ones(len(lengths)),
+))
+(grad,) = torch.autograd.grad(loss, kept["logps"])
+pushes = (grad * mask).sum(-1).tolist()
+print(json.dumps([{"tokens": n, "push": p} for n, p in zip(lengths, pushes)]))
+"""
+HAND_MADE_TOKENS = (8, 2)
+
+
+def _hand_made_update(tree: Path, env: dict, python: Path) -> symptoms.Run:
+    args = [str(python), "-c", HAND_MADE_UPDATE, *map(str, HAND_MADE_TOKENS)]
+    done = subprocess.run(
+        args, cwd=tree, env=env, capture_output=True, text=True, timeout=symptoms.RUN_TIMEOUT
+    )
+    if done.returncode:
+        return symptoms.Run(crash=(done.stderr.strip().splitlines() or ["no output"])[-1])
+    return symptoms.Run(steps=json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _with_setting(tree: Path, spec, setting: str, copy: Path) -> Path:
+    """A copy of `tree` whose script makes `setting` ("beta=0.0") on top of the task's own."""
+    name, _, value = setting.partition("=")
+    shutil.copytree(tree, copy, symlinks=True)
+    script = copy / "train_grpo.py"
+    text = script.read_text()
+    assert text.count(repr(spec.train)) == 1, f"{spec.id}: no settings line in {script.name}"
+    changed = spec.train | {name: ast.literal_eval(value)}
+    script.write_text(text.replace(repr(spec.train), repr(changed)))
+    return copy
+
+
+def logged_runs(spec, names: Iterable[str] = ("fixed", "all bugs")) -> dict[str, symptoms.Run]:
+    """The task's runs `names`: its script run fixed and with every bug, cut as
+    `symptoms.measure_task` cuts it (or after `LOG_LINES[spec.id]` lines); either of them with a
+    setting changed ("all bugs, beta=0.0"); a trl fork's loss on a hand-made batch ("fixed,
+    hand-made batch")."""
     trl = spec.family in ("trl", "user")  # TRL's Trainer runs train_grpo.py
-    lines = symptoms.TRL_LOG_LINES if trl else symptoms.ROLLOUTS
+    lines = LOG_LINES.get(spec.id, symptoms.TRL_LOG_LINES if trl else symptoms.ROLLOUTS)
     script = "train_grpo.py" if trl else "train.py"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("PYTHONPATH", None)
     python = agent_env("no-skill", spec.family, fork_version(spec)) / "bin" / "python"
+    runs = {}
     with tempfile.TemporaryDirectory(prefix=f"grpo-figures-{spec.id}-") as scratch:
         built = build_task(spec, Path(scratch))
         workspace = built / "environment" / "workspace"
         fixed = Path(scratch) / "fixed"
         shutil.copytree(workspace, fixed, symlinks=True)
         shutil.copytree(built / "solution" / "files", fixed, dirs_exist_ok=True)
-        return {
-            "fixed": symptoms.train(fixed, lines, script, env, python),
-            "all bugs": symptoms.train(workspace, lines, script, env, python),
-        }
+        trees = {"fixed": fixed, "all bugs": workspace}
+        for index, name in enumerate(names):
+            tree, _, variant = name.partition(", ")
+            if variant == "hand-made batch":
+                runs[name] = _hand_made_update(trees[tree], env, python)
+                continue
+            path = trees[tree]
+            if variant:
+                path = _with_setting(path, spec, variant, Path(scratch) / f"variant-{index}")
+            runs[name] = symptoms.train(path, lines, script, env, python)
+    return runs
 
 
 def _checked() -> list[str]:
@@ -437,12 +817,14 @@ def _checked() -> list[str]:
     return SUITE
 
 
-@pytest.mark.parametrize("task_id", sorted(CLAIMS))
+@pytest.mark.parametrize("task_id", sorted(TASKS))
 def test_every_figure_of_an_instruction_is_a_quoted_claim_or_a_setting(task_id):
+    """Every task's, with claims or not: a task whose instruction states a figure has claims."""
     spec = TASKS[task_id]
+    claims = CLAIMS.get(task_id, [])
     text = " ".join(spec.instruction.split())
-    quoted = " ".join(" ".join(claim.quote.split()) for claim in CLAIMS[task_id])
-    for claim in CLAIMS[task_id]:
+    quoted = " ".join(" ".join(claim.quote.split()) for claim in claims)
+    for claim in claims:
         assert " ".join(claim.quote.split()) in text, f"{task_id}: {claim.quote!r} not stated"
     unchecked = [
         n
@@ -454,7 +836,7 @@ def test_every_figure_of_an_instruction_is_a_quoted_claim_or_a_setting(task_id):
 
 @pytest.mark.parametrize("task_id", _checked())
 def test_every_claimed_figure_is_in_the_logged_run(task_id):
-    runs = logged_runs(TASKS[task_id])
+    runs = logged_runs(TASKS[task_id], dict.fromkeys(claim.run for claim in CLAIMS[task_id]))
     failed = [
         f"{claim.quote!r} ({claim.run} run)"
         for claim in CLAIMS[task_id]
@@ -469,3 +851,15 @@ def test_a_figure_the_run_does_not_reproduce_fails():
     assert claim.holds(run)
     run.steps[0]["grad_norm"] = 1e-6
     assert not claim.holds(run)
+
+
+def test_a_stated_figure_is_read_to_its_own_digits():
+    assert reads(0.8331, "0.83") and reads(0.1379, "0.14") and reads(1.83, "1.8")
+    assert not reads(0.8351, "0.83") and not reads(2.624, "2") and not reads(None, "2")
+    assert reaches([0.5, 0.9794], "0.98") and not reaches([0.9749], "0.98")
+    run = symptoms.Run(steps=[{"kl": 0.021}] + [{"kl": 0.0}] * 14, block_size=1)
+    claim = CLAIMS["user-ref-anchor"][0]
+    assert claim.holds(run)
+    run.steps[9]["kl"] = 1e-6
+    assert not claim.holds(run)
+    assert not claim.holds(symptoms.Run(steps=run.steps[:6], block_size=1))
