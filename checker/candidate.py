@@ -266,6 +266,7 @@ def _trainer_from_yaml(target: str, data: dict, base: Path) -> CandidateSpec:
     trainer = data["trainer"]
     if not isinstance(trainer, str):
         raise TargetError(f"{target}: `trainer` must be FILE.py:CLASS or module:CLASS")
+    config = normalise_config(data.get("config") or {}, target, TRAINER_FIELDS_HINT)
     spec = _resolve_trainer(target, _reference(trainer, target, base))
     grpo_config = data.get("grpo_config")
     if isinstance(grpo_config, str):
@@ -274,22 +275,33 @@ def _trainer_from_yaml(target: str, data: dict, base: Path) -> CandidateSpec:
         spec.grpo_config = grpo_config
     elif grpo_config is not None:
         raise TargetError(f"{target}: `grpo_config` must be FILE.py:NAME or a mapping of fields")
-    spec.config = normalise_config(data.get("config") or {}, target)
+    spec.config = config
     spec.supported = data.get("supported") or {}
     if not isinstance(spec.supported, dict):
         raise TargetError(f"{target}: `supported` must be a mapping")
     return spec
 
 
-def normalise_config(config: object, source: str) -> dict[str, object]:
-    """Declared conventions with TRL aliases resolved; unknown keys are a one-line error."""
+# `config:` declares conventions; a trainer's own config fields (its GRPOConfig subclass's) are
+# a different thing, and users reach for `config:` first.
+TRAINER_FIELDS_HINT = (
+    "; a field of the trainer's own config class goes into a config built with that class "
+    "(`grpo_config: FILE.py:NAME`, --config FILE.py:NAME)"
+)
+
+
+def normalise_config(config: object, source: str, hint: str = "") -> dict[str, object]:
+    """Declared conventions with TRL aliases resolved; unknown keys are a one-line error, with
+    `hint` appended."""
     if not isinstance(config, dict):
         raise TargetError(f"{source}: `config` must be a mapping")
     result = {}
     for key, value in config.items():
         key = CONVENTION_ALIASES.get(key, key)
         if key not in DEFAULTS:
-            raise TargetError(f"{source}: unknown config key {key!r}; known: {sorted(DEFAULTS)}")
+            raise TargetError(
+                f"{source}: unknown config key {key!r}; known: {sorted(DEFAULTS)}{hint}"
+            )
         result[key] = value
     return result
 
@@ -431,8 +443,9 @@ def _no_such_fields(names: list[str]) -> str:
     listed = ", ".join(repr(n) for n in names)
     return (
         f"TRL {trl.__version__}'s GRPOConfig has no field{'s' if len(names) > 1 else ''} {listed}: "
-        f"remove {'them' if len(names) > 1 else 'it'}, or check with the TRL release the config "
-        "was written for"
+        f"remove {'them' if len(names) > 1 else 'it'}, check with the TRL release the config "
+        "was written for, or, for a field of your own GRPOConfig subclass, pass a config built "
+        "with it (`grpo_config: FILE.py:NAME`, --config FILE.py:NAME)"
     )
 
 

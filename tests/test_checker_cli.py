@@ -137,6 +137,12 @@ def test_candidate_that_cannot_load_exits_2_with_one_line(tmp_path, name, source
         ("bad.yaml", "module: [unclosed\n", "malformed YAML"),
         ("keys.yaml", "module: x\nfunctionz: {}\n", "unknown key(s) ['functionz']"),
         ("conv.yaml", "module: x\nconfig: {loss_typ: grpo}\n", "unknown config key 'loss_typ'"),
+        # A field of a subclass's own config class (a blind agent put `style_gate` here).
+        (
+            "team.yaml",
+            "trainer: team.py:TeamGRPOTrainer\nconfig: {style_gate: false}\n",
+            "goes into a config built with that class (`grpo_config: FILE.py:NAME`",
+        ),
         ("rename.yaml", "module: x\nfunctions: {compute_los: f}\n", "unknown protocol function"),
     ],
 )
