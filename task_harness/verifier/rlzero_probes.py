@@ -407,6 +407,9 @@ def _():
 
 @probe("kl.penalty", "kl")
 def _():
+    """The KL term as the learner adds it: with the estimator the run's config names
+    (`Learner.optimizer_step` passes `cfg.kl_estimator`), so a fix in the config alone is what the run
+    computes, whatever `surrogate_loss`'s own default (a blind agent's fix of rz-succ-pairs)."""
     logp, _, _, mask = _loss_case(30, 0.5)
     ref = logp - 0.4 * torch.rand(3, 5, generator=_gen(31))
     logp = logp.clone().requires_grad_(True)
@@ -420,6 +423,7 @@ def _():
         max_new_tokens=5,
         ref_logp=ref,
         kl_coef=0.1,
+        kl_estimator=_config().kl_estimator,
     )
     (grad,) = torch.autograd.grad(loss, logp)
     return {"loss": loss.detach(), "grad": grad * mask, "stats": stats}
