@@ -197,7 +197,7 @@ def _validate(spec: TaskSpec) -> None:
         raise TaskSpecError(f'{where}: [grpo] trl_version must be a release such as "0.17.0"')
     total = sum(b.weight for b in spec.bugs)
     if abs(total - 1.0) > 1e-9:
-        raise TaskSpecError(f"{where}: bug weights sum to {total}, not 1")
+        raise TaskSpecError(f"{where}: bug weights sum to {total:.6g}, not 1")
     bug_ids = {b.id for b in spec.bugs if b.kind == "bug"}
     patch_bugs = {p.id for p in spec.patches if p.kind == "bug"}
     for bug in spec.bugs:

@@ -19,7 +19,13 @@ from task_harness.spec import load_tasks
 
 pytestmark = pytest.mark.xdist_group("tasks-e2e")
 
-BUGS = ("pad_masks_eos", "ref_sync_mix_swapped", "sequence_ratio_arithmetic_mean")
+BUGS = (
+    "pad_masks_eos",
+    "ref_sync_mix_swapped",
+    "sequence_ratio_arithmetic_mean",
+    "rewards_weighted_mean",
+    "loss_rows_kept_only",
+)
 DECOY = "asymmetric_band"  # rlzero's clip-higher band, guarding sequence_ratio_arithmetic_mean
 
 
@@ -61,10 +67,11 @@ def test_the_textbook_convention_loses_the_decoy_and_its_stage(decoy_task, agent
     agent += f" && grep -qF '{textbook}' rlzero/config.py"
     result = run_trial(decoy_task, agent, agent_files=agent_files)
     assert result.status == "ok", result.detail
-    assert result.bugs["pad_masks_eos"] == result.bugs["ref_sync_mix_swapped"] == 1.0
+    kept = ("pad_masks_eos", "ref_sync_mix_swapped", "rewards_weighted_mean", "loss_rows_kept_only")
+    assert all(result.bugs[bug] == 1.0 for bug in kept), result.bugs
     assert result.bugs["sequence_ratio_arithmetic_mean"] == result.bugs[DECOY] == 0.0
     assert "clipping.config_band: intended" in result.detail  # the decoy's own probe saw it
-    assert result.reward == pytest.approx(0.5)
+    assert result.reward == pytest.approx(0.6)  # 1 - 0.2 (the guarded ratio) - 0.2 (the decoy)
 
 
 def test_editing_a_protected_file_scores_zero_even_with_the_fix(decoy_task, agent_files):
