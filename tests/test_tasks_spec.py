@@ -97,7 +97,9 @@ def test_a_spec_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
     folder = tmp_path / "bad-task"
     shutil.copytree(source, folder)
     toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace("weight = 0.2, condition", "weight = 0.7, condition", 1))
+    toml.write_text(
+        toml.read_text().replace("weight = 0.2, condition", "weight = 0.7, condition", 1)
+    )
     with pytest.raises(TaskSpecError, match="sum to 1.5"):
         load_task(folder)
 
