@@ -98,7 +98,7 @@ def test_a_spec_whose_weights_do_not_sum_to_one_is_refused(tmp_path):
     shutil.copytree(source, folder)
     toml = folder / "task.toml"
     toml.write_text(
-        toml.read_text().replace("weight = 0.2, condition", "weight = 0.7, condition", 1)
+        toml.read_text().replace("weight = 0.15, condition", "weight = 0.65, condition", 1)
     )
     with pytest.raises(TaskSpecError, match="sum to 1.5"):
         load_task(folder)
