@@ -121,9 +121,17 @@ def _():
     return rz("advantages").group_advantages(torch.tensor([0.0, 1.0, 10.0, 11.0, 3.0, 3.0]), 2)
 
 
+# Two groups whose rewards barely differ (std 2^-11 and 3 * 2^-11), where the epsilon's place
+# decides the advantages: with 1e-6 on the std they are about +-1, under the root about +-0.44.
+# Dyadic rewards, exact in float32, so the centred values are exact and a trainer that computes
+# its statistics in float64 agrees with one in float32 far inside the judge's tolerance (with
+# 1.001 the float32 rounding alone moved them by 1e-4, as much as the tolerance).
+LOW_VARIANCE = torch.tensor([1.0, 1.0 + 2**-10, 2.0, 2.0 + 3 * 2**-10])
+
+
 @probe("advantages.low_variance", "advantages")
 def _():
-    return rz("advantages").group_advantages(torch.tensor([1.0, 1.001, 2.0, 2.003]), 2)
+    return rz("advantages").group_advantages(LOW_VARIANCE, 2)
 
 
 @probe("advantages.unscored", "advantages")
@@ -134,7 +142,7 @@ def _():
 @probe("advantages.config_eps", "advantages")
 def _():
     eps = _config().adv_eps
-    return rz("advantages").group_advantages(torch.tensor([1.0, 1.001, 2.0, 2.003]), 2, eps)
+    return rz("advantages").group_advantages(LOW_VARIANCE, 2, eps)
 
 
 # --- logprobs -----------------------------------------------------------------------------------
