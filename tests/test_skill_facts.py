@@ -83,6 +83,7 @@ CITED_LINES = {
     1543: "shuffle_sequence_dict(generation_batch)",
     1579: "def _calculate_rewards(",
     1880: "Mask everything after the first EOS token",
+    1887: "c[m].tolist() for c, m in zip(completion_ids.cpu(), completion_mask.bool().cpu(), strict=True)",
     2229: 'if is_conversational({"prompt": prompts[0]}):',
     2247: "batch_decode(completion_ids, skip_special_tokens=True)",
     2324: "def _generate_and_score_completions(",

@@ -305,6 +305,7 @@ NOT_OPTIONS = {  # identifiers in the questions that are not configuration field
     "reward_std",
     "generation_config",
     "eos_token_id",
+    "skip_special_tokens",
     "attention_dropout",
     "hidden_dropout",
     "sequence_mask",

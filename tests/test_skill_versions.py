@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from trl_releases import RELEASES, trl_release_path
 
-INTERNALS = (
+INTERNALS_PATH = (
     Path(__file__).resolve().parents[1]
     / "skills"
     / "grpo"
     / "references"
     / "grpo-trainer-internals.md"
-).read_text(encoding="utf-8")
+)
+INTERNALS = INTERNALS_PATH.read_text(encoding="utf-8")
 
 
 def table(heading: str) -> list[list[str]]:
@@ -409,3 +410,20 @@ def test_every_history_row_is_checked():
         "clipping (`epsilon`)",
     }
     assert set(history()) == checked
+
+
+def test_reward_functions_get_completion_ids_up_to_the_first_eos_from_0_18():
+    """The playbook: `completion_ids` (TRL 0.18 and later; 0.17 passes none) holds each
+    completion's ids up to and including its first EOS. Every checked release either side: the
+    reward call passes `completion_ids` exactly from 0.18, built from the completion mask that
+    keeps the first EOS and drops what follows it."""
+    playbook = (INTERNALS_PATH.parent / "debugging-playbook.md").read_text(encoding="utf-8")
+    assert "`completion_ids` (TRL 0.18 and later; 0.17 passes none)" in " ".join(playbook.split())
+    built_from_mask = ("c[m].tolist()", "row[mask_row].tolist()", "zip(row, mask_row) if m")
+    for version in sorted(set(RELEASES) | set(BOUNDARY_RELEASES), key=parsed):
+        trainer = source(version, "grpo_trainer.py")
+        assert "sequence_indices <= eos_idx" in trainer, version  # the mask keeps the first EOS
+        passed = "completion_ids=completion_ids_list" in trainer
+        assert passed == (parsed(version) >= (0, 18)), version
+        if passed:
+            assert any(pattern in trainer for pattern in built_from_mask), version
