@@ -386,6 +386,16 @@ def advantages_with_epsilon_group(epsilon: float) -> float:
         advantages_module.ADVANTAGE_EPSILON = saved
 
 
+def constant_group_advantage(reward: float, epsilon: float) -> float:
+    """max abs advantage of a constant group of 8 fp32 rewards, with a given epsilon."""
+    saved = advantages_module.ADVANTAGE_EPSILON
+    advantages_module.ADVANTAGE_EPSILON = epsilon
+    try:
+        return compute_advantages(torch.full((8,), reward), 8).abs().max().item()
+    finally:
+        advantages_module.ADVANTAGE_EPSILON = saved
+
+
 @dataclass(frozen=True)
 class Claim:
     file: str
@@ -447,6 +457,11 @@ CLAIMS = [
         "playbook",
         "a constant group gives 0 (within about 1e-3 for non-dyadic rewards such as 0.35)",
         lambda: compute_advantages(torch.full((8,), 0.35), 8).abs().max().item() < 1e-3,
+    ),
+    Claim(
+        "playbook",
+        "verl's 1e-6 gives |A| of about\n  0.056 for a constant group of 0.95",
+        lambda: close(constant_group_advantage(0.95, 1e-6), 0.056, 5e-4),
     ),
     Claim(
         "playbook",

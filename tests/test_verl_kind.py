@@ -2,7 +2,8 @@
 
 verl is imported only in grpo-check's child processes, with `verl_environment()`'s PYTHONPATH
 (verl without its dependencies, plus the few packages `core_algos` imports), so the project's venv
-never needs verl. Stock verl must pass every check except real findings; a single-spot mutant of
+never needs verl. Stock verl must pass every check that runs (the contract: verl's `core_algos` as
+released is a correct implementation of the conventions it declares); a single-spot mutant of
 a copy of verl's `core_algos.py` must fail in the mutated stage and be named as the root.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -81,24 +81,16 @@ def stock_report(environment, tmp_path_factory) -> dict:
     return json.loads(result.stdout)
 
 
-def verl_default_epsilon(verl_root: Path) -> str:
-    """compute_grpo_outcome_advantage's `epsilon` default, read from verl's own source."""
-    source = (verl_root / CORE_ALGOS).read_text()
-    start = source.index("def compute_grpo_outcome_advantage(")
-    return re.search(r"epsilon: float = ([0-9.e-]+)", source[start:]).group(1)
-
-
-def test_stock_verl_fails_only_its_real_finding(stock_report, verl_root):
-    """verl divides by std + 1e-6, which amplifies fp32 noise of a constant non-dyadic group
-    (a real finding); every other check that runs passes, and the ones verl cannot take skip."""
+def test_stock_verl_passes_every_check_that_runs(stock_report):
+    """verl's conventions are declared, not flagged; among them its epsilon of 1e-6, which divides
+    the fp32 residue of a constant non-dyadic group's mean by ~1e-6 (|A| ~0.06): the check allows
+    that residue over the declared divisor, as the formula computed in fp32 gives it."""
     assert stock_report["kind"] == "verl"
-    bad = failing(stock_report)
-    assert [r["check"] for r in bad] == ["advantages.constant_group_is_zero"], bad
-    epsilon = float(verl_default_epsilon(verl_root))
-    message = bad[0]["message"]
-    assert f"std + {epsilon:.0e}".replace("e-0", "e-") in message, message  # 1e-6 as 1e-6
-    assert "real finding" in message
-    assert bad[0]["location"].startswith(str(CORE_ALGOS)), bad[0]
+    assert failing(stock_report) == []
+    constant = next(
+        r for r in stock_report["results"] if r["check"] == "advantages.constant_group_is_zero"
+    )
+    assert constant["status"] == "pass", constant
     ran = {r["stage"] for r in stock_report["results"] if r["status"] == "pass"}
     assert {"advantages", "ratio", "clipping", "kl", "loss_aggregation"} <= ran
 
@@ -131,7 +123,7 @@ def test_verl_mutant_is_detected_and_localised(mutant, environment, verl_root, t
     result = run_grpo_check(env, tmp_path, "verl", "--json")
     assert result.returncode == 1, (result.stdout[-2000:], result.stderr[-2000:])
     report = json.loads(result.stdout)
-    new = [r for r in failing(report) if r["check"] != "advantages.constant_group_is_zero"]
+    new = failing(report)
     assert new, f"{name} was not detected"
     assert all(r["stage"] == stage for r in new), new
     assert stage in report["diagnosis"]["root_stages"], report["diagnosis"]
