@@ -112,6 +112,33 @@ def test_cause_names_the_epsilon_seen_in_short_form(tmp_path):
     assert not any("1e-06" in m or "0.000001" in m for m in messages), messages
 
 
+def test_declared_small_epsilon_passes_a_constant_group_with_fp32_residue(tmp_path):
+    """verl's formula (std + 1e-6, in float32) leaves |A| ~0.056 on a constant group of 0.95: the
+    declared formula as fp32 computes it, so a candidate that declares 1e-6 passes, and one that
+    does not fails (TRL's 1e-4 would keep it below 1e-3)."""
+    declared = _results(
+        _candidate(tmp_path, SMALL_EPSILON, "{advantage_epsilon: 1.0e-6}"), ("advantages",)
+    )
+    assert declared["advantages.constant_group_is_zero"].status == "pass"
+    assert declared["advantages.matches_reference"].status == "pass"  # "group" scaling only
+    undeclared = _results(_candidate(tmp_path, SMALL_EPSILON), ("advantages",))
+    assert undeclared["advantages.constant_group_is_zero"].status == "fail"
+
+
+def test_declared_small_epsilon_still_fails_an_uncentred_constant_group(tmp_path):
+    """The allowance is the residue over the divisor, not a blank cheque: a baseline that misses
+    the group mean by 1e-4 (0.1% of a reward of 0.1) gives a constant group |A| ~100 at 1e-6."""
+    off_centre = SMALL_EPSILON.replace(
+        "g.mean(1, keepdim=True))", "g.mean(1, keepdim=True) - 1e-4)"
+    )
+    assert off_centre != SMALL_EPSILON
+    results = _results(
+        _candidate(tmp_path, off_centre, "{advantage_epsilon: 1.0e-6}"), ("advantages",)
+    )
+    failure = results["advantages.constant_group_is_zero"]
+    assert failure.status == "fail" and "not centred" in failure.message, failure.message
+
+
 @pytest.mark.xdist_group("trl_adapter")
 def test_trl_loss_runs_accumulated_with_a_batch_wide_token_count():
     """TRL 1.16 scales its loss for gradient accumulation itself: the adapter runs the same
