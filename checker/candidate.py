@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from checker.adapters import trl_version
-from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS
+from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS, STAGES
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
 YAML_KEYS = {
@@ -46,6 +46,7 @@ YAML_KEYS = {
     "config",
     "supported",
     "findings",
+    "custom",
     "trainer",
     "grpo_config",
 }
@@ -78,6 +79,7 @@ class CandidateSpec:
     trainer: str | None = None
     grpo_config: str | dict | None = None
     findings: list[str] = field(default_factory=list)  # `grpo-check profile`'s, from the YAML
+    custom: dict[str, str] = field(default_factory=dict)  # stage -> why it is the user's own
 
 
 @dataclass
@@ -242,11 +244,9 @@ def _spec_from_yaml(target: str) -> CandidateSpec:
     supported = data.get("supported") or {}
     if not isinstance(supported, dict):
         raise TargetError(f"{target}: `supported` must be a mapping")
-    findings = data.get("findings") or []
-    if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
-        raise TargetError(f"{target}: `findings` must be a list of strings")
     spec = CandidateSpec(target, "functions", renames=renames, config=config, supported=supported)
-    spec.findings = findings
+    spec.findings = _findings(data, target)
+    spec.custom = _custom(data, target)
     if "module" in data:
         spec.module = str(data["module"])
     else:
@@ -279,7 +279,34 @@ def _trainer_from_yaml(target: str, data: dict, base: Path) -> CandidateSpec:
     spec.supported = data.get("supported") or {}
     if not isinstance(spec.supported, dict):
         raise TargetError(f"{target}: `supported` must be a mapping")
+    spec.findings = _findings(data, target)
+    spec.custom = _custom(data, target)
     return spec
+
+
+def _findings(data: dict, target: str) -> list[str]:
+    """`findings:`: what `grpo-check profile --write` measured as known bugs (reported as failures)."""
+    findings = data.get("findings") or []
+    if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+        raise TargetError(f"{target}: `findings` must be a list of strings")
+    return findings
+
+
+def _custom(data: dict, target: str) -> dict[str, str]:
+    """`custom:`: stage -> why the candidate computes that stage its own way, on purpose, in a
+    way no declared convention describes (a reward gated on the answer, say). That stage's checks
+    are skipped with the reason, so it is reported as not covered (`--strict` fails on it)."""
+    custom = data.get("custom") or {}
+    if not isinstance(custom, dict):
+        raise TargetError(f"{target}: `custom` must map stages to the reason they are your own")
+    for stage, reason in custom.items():
+        if stage not in STAGES:
+            raise TargetError(
+                f"{target}: `custom` names unknown stage {stage!r}; stages: {', '.join(STAGES)}"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise TargetError(f"{target}: `custom: {stage}` needs the reason, as one line of text")
+    return {stage: " ".join(reason.split()) for stage, reason in custom.items()}
 
 
 # `config:` declares conventions; a trainer's own config fields (its GRPOConfig subclass's) are

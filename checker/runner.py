@@ -23,7 +23,10 @@ def run_one(chk: Check, candidate, seed: int) -> CheckResult:
     )
     result = CheckResult(chk.name, chk.stage, "pass", depends_on=depends_on, order=chk.order)
     location_function = chk.needs[0] if chk.needs else None
-    if missing:
+    custom = candidate.spec.custom.get(chk.stage)
+    if custom:
+        result.status, result.message = "skip", f"declared custom: {custom}"
+    elif missing:
         result.status = "skip"
         result.message = f"the candidate does not provide {', '.join(missing)}"
     else:

@@ -6,6 +6,7 @@ stages is pointed at `grpo-check profile --write` first.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -147,7 +148,8 @@ def test_the_user_familys_team_trainer_after_profile(fixed, tmp_path):
     correction, a None reward scored 0) is profiled into those conventions, and the options its
     overrides take and ignore are pinned: fixed, the written file then fails only the two checks
     of its reward gate (style rewards count only when the answer is right: not a weighted sum,
-    which no convention declares); with its bugs in, the ratio still fails."""
+    which no convention declares, so `custom:` declares it); with its bugs in, the ratio still
+    fails."""
     import json
     import subprocess
     import sys
@@ -179,8 +181,43 @@ def test_the_user_familys_team_trainer_after_profile(fixed, tmp_path):
         }, written
         assert written["supported"]["scale_rewards"] == ["none"], written
         assert failing == REWARD_GATE, failing
+        # The gate is the team's own: declared `custom`, the rewards stage skips with that
+        # reason and is not covered, so the check passes and only --strict fails.
+        reason = "style rewards count only where the answer is right (style_gate)"
+        with (workspace / "cfg.yaml").open("a") as handle:
+            handle.write(f"custom:\n  rewards: {reason}\n")
+        declared = subprocess.run(
+            [grpo_check, "cfg.yaml", "--json"], cwd=workspace, capture_output=True, timeout=600
+        )
+        assert declared.returncode == 0, declared.stdout[-2000:]
+        rewards = [r for r in json.loads(declared.stdout)["results"] if r["stage"] == "rewards"]
+        assert rewards and all(
+            r["status"] == "skip" and r["message"] == f"declared custom: {reason}" for r in rewards
+        ), rewards
+        strict = subprocess.run(
+            [grpo_check, "cfg.yaml", "--strict", "--stage", "rewards"],
+            cwd=workspace,
+            capture_output=True,
+            timeout=600,
+        )
+        assert strict.returncode == 1, strict.stdout[-2000:]
     else:
         assert {
             "ratio.on_policy_gradient_flows",
             "ratio.sgd_step_follows_advantage_sign",
         } <= failing
+
+
+@pytest.mark.parametrize(
+    ("custom", "cause"),
+    [
+        ("[rewards]", "`custom` must map stages to the reason they are your own"),
+        ("{reward: gated}", "`custom` names unknown stage 'reward'"),
+        ("{rewards: ''}", "`custom: rewards` needs the reason, as one line of text"),
+    ],
+)
+def test_a_malformed_custom_declaration_is_one_line(custom, cause, tmp_path):
+    (tmp_path / "team.py").write_text("")
+    (tmp_path / "team.yaml").write_text(f"trainer: team.py:TeamTrainer\ncustom: {custom}\n")
+    with pytest.raises(TargetError, match=re.escape(cause)):
+        resolve_target(str(tmp_path / "team.yaml"))
