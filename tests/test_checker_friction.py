@@ -139,6 +139,31 @@ def test_declared_small_epsilon_still_fails_an_uncentred_constant_group(tmp_path
     assert failure.status == "fail" and "not centred" in failure.message, failure.message
 
 
+PLAIN_K3_LOSS = """
+from reference_impl.loss import compute_loss as reference_loss
+
+def compute_loss(per_token_logps, advantages, completion_mask, **kwargs):
+    kwargs["use_bias_correction_kl"] = False  # the team's plain k3, whatever it is asked for
+    return reference_loss(per_token_logps, advantages, completion_mask, **kwargs)
+"""
+
+
+def test_a_plain_k3_loss_is_told_how_to_declare_it(tmp_path):
+    """A loss that never multiplies its KL by the ratio fails against TRL's default
+    (use_bias_correction_kl=True), and the cause says how to declare the plain k3 if intended;
+    declared, the check passes."""
+    results = _results(_candidate(tmp_path, PLAIN_K3_LOSS), ("kl",))
+    failure = results["kl.loss_kl_gradient"]
+    assert failure.status == "fail", failure.message
+    assert "declare it (config: use_bias_correction_kl: false" in failure.message, failure.message
+    (tmp_path / "candidate.yaml").write_text(
+        "path: candidate.py\nconfig: {use_bias_correction_kl: false}\n"
+        "supported: {use_bias_correction_kl: [false]}\n"
+    )
+    declared = _results(tmp_path / "candidate.yaml", ("kl",))
+    assert declared["kl.loss_kl_gradient"].status == "pass", declared["kl.loss_kl_gradient"]
+
+
 @pytest.mark.xdist_group("trl_adapter")
 def test_trl_loss_runs_accumulated_with_a_batch_wide_token_count():
     """TRL 1.16 scales its loss for gradient accumulation itself: the adapter runs the same

@@ -217,13 +217,26 @@ def loss_kl_gradient(ctx: Context) -> None:
             rtol=1e-4,
             what=f"KL gradient per unit weight (use_bias_correction_kl={flag})",
             causes={
-                f"use_bias_correction_kl={flag} is not honoured (the KL is {'not ' if correction else ''}multiplied by the ratio)": other,
+                _unhonoured_correction(correction): other,
                 "the KL term has no gradient (computed under no_grad or detached)": torch.zeros_like(
                     seen
                 ),
                 "the KL gradient has the wrong sign (KL maximised)": -expected,
             },
         )
+
+
+def _unhonoured_correction(correction: bool) -> str:
+    """The cause when the KL gradient is the other setting's. A loss that ignores the flag is as
+    likely a trainer that weights its KL its own way on purpose as a bug, so say how to declare it."""
+    if correction:
+        return (
+            "use_bias_correction_kl=True (the GRPOConfig default) is not honoured: the KL is not"
+            " multiplied by the ratio; if the plain k3 is intended, declare it (config:"
+            " use_bias_correction_kl: false, supported: use_bias_correction_kl: [false];"
+            " grpo-check profile --write writes both)"
+        )
+    return "use_bias_correction_kl=False is not honoured: the KL is multiplied by the ratio"
 
 
 @check("kl", "compute_loss", depends_on=("ratio",))
