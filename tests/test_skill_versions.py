@@ -427,3 +427,11 @@ def test_reward_functions_get_completion_ids_up_to_the_first_eos_from_0_18():
         assert passed == (parsed(version) >= (0, 18)), version
         if passed:
             assert any(pattern in trainer for pattern in built_from_mask), version
+
+
+def test_skill_md_dates_the_kl_bias_correction_default():
+    """SKILL.md's step-6 table: TRL multiplies the KL by the ratio by default from 1.10."""
+    skill = (INTERNALS_PATH.parent.parent / "SKILL.md").read_text(encoding="utf-8")
+    assert "TRL multiplies it by the ratio by default from 1.10 (`use_bias_correction_kl`)" in skill
+    assert config_default("1.9.0", "use_bias_correction_kl") == "False"
+    assert config_default("1.10.0", "use_bias_correction_kl") == "True"
