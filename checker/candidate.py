@@ -547,7 +547,8 @@ def _refuse_unsuppliable(spec: CandidateSpec, cls: type) -> None:
 
 def _user_config(spec: CandidateSpec, base: type) -> tuple[type, dict]:
     """The GRPOConfig class and field values `--config` names: a GRPOConfig (its class, maybe a
-    subclass, and its values) or a mapping of GRPOConfig fields."""
+    subclass, and its values), a GRPOConfig subclass (at its defaults) or a mapping of GRPOConfig
+    fields."""
     from dataclasses import fields
 
     config = spec.grpo_config
@@ -555,6 +556,8 @@ def _user_config(spec: CandidateSpec, base: type) -> tuple[type, dict]:
         config = _import_reference(spec, config)
     if isinstance(config, base):
         return type(config), {f.name: getattr(config, f.name) for f in fields(config) if f.init}
+    if isinstance(config, type) and issubclass(config, base):
+        return config, {}
     if not isinstance(config, dict):
         raise TargetError(
             f"{spec.target}: the config is a {type(config).__name__}, not a GRPOConfig or a dict"

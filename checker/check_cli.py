@@ -9,6 +9,7 @@ with `--strict`, when a stage had no check that ran), 2 when nothing could be ch
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,6 +55,44 @@ def run_check(
     spec = resolve_target(target, kind, grpo_config)
     results = collect_results(spec, stages, seed, timeout, workers, log)
     return spec, results, diagnose(results)
+
+
+# What a trainer subclass raises when it reads a field of its own config class from a plain
+# GRPOConfig, the one grpo-check builds when no --config names the team's.
+MISSING_FIELD = re.compile(r"'GRPOConfig' object has no attribute '(\w+)'")
+
+
+def check_hint(
+    spec: CandidateSpec, grpo_config: str | None, results: list[CheckResult]
+) -> str | None:
+    """The one line printed after the verdict, if any: the missing config class first (nothing
+    else can be judged while the trainer cannot read its own fields), then profile."""
+    return config_class_hint(spec, grpo_config, results) or profile_hint(spec, grpo_config, results)
+
+
+def config_class_hint(
+    spec: CandidateSpec, grpo_config: str | None, results: list[CheckResult]
+) -> str | None:
+    """For a trainer subclass checked with a plain GRPOConfig (no --config, no `grpo_config:`)
+    whose code reads a field GRPOConfig does not have: pass the team's config."""
+    if spec.trainer is None or grpo_config or spec.grpo_config:
+        return None
+    fields = sorted(
+        {
+            m.group(1)
+            for r in results
+            if r.status == "error"
+            for m in [MISSING_FIELD.search(r.message)]
+            if m
+        }
+    )
+    if not fields:
+        return None
+    names = ", ".join(f"args.{name}" for name in fields)
+    return (
+        f"the trainer reads {names}, which a plain GRPOConfig lacks: pass the team's config"
+        " class, --config FILE.py:CLASS (or an instance of it)"
+    )
 
 
 def profile_hint(
@@ -136,7 +175,7 @@ def collect_results(
     "--config",
     "grpo_config",
     metavar="FILE.py:NAME",
-    help="The GRPOConfig (or dict of its fields) a trainer (FILE.py:CLASS, trl) is checked with.",
+    help="The GRPOConfig (an instance, a subclass at its defaults, or a dict of its fields) a trainer (FILE.py:CLASS, trl) is checked with.",
 )
 def check(
     target: str,
@@ -177,9 +216,7 @@ def check(
     if as_json:
         click.echo(to_json(target, spec.kind, __version__, results, diagnosis))
     else:
-        print_table(
-            out, target, results, diagnosis, strict, profile_hint(spec, grpo_config, results)
-        )
+        print_table(out, target, results, diagnosis, strict, check_hint(spec, grpo_config, results))
     failed = any(r.status in ("fail", "error") for r in results)
     sys.exit(1 if failed or (strict and uncovered(results)) else 0)
 
@@ -199,7 +236,7 @@ def check(
     "--config",
     "grpo_config",
     metavar="FILE.py:NAME",
-    help="The GRPOConfig (or dict of its fields) a trainer (FILE.py:CLASS, trl) is built with.",
+    help="The GRPOConfig (an instance, a subclass at its defaults, or a dict of its fields) a trainer (FILE.py:CLASS, trl) is built with.",
 )
 def profile(
     target: str,

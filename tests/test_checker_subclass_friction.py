@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from checker import check_cli
 from checker.candidate import CandidateSpec, TargetError, load_candidate, resolve_target
-from checker.check_cli import profile_hint
+from checker.check_cli import check_hint, profile_hint
 from checker.checks import CheckResult
 
 # TRL removed `max_prompt_length` from GRPOConfig in 0.28.0; a config written for an older
@@ -119,6 +119,45 @@ def test_the_summary_prints_the_hint_after_the_verdict(monkeypatch, tmp_path):
     assert lines[-2].endswith("FAILED")
     assert lines[-1].startswith("hint: 5 checks fail across 3 stages")
     assert "grpo-check profile team.py:TeamTrainer --write team.yaml" in lines[-1]
+
+
+# --- a trainer that reads its own config class's fields ----------------------------------------
+
+OWN_FIELD_ERROR = (
+    "compute_loss raised AttributeError: 'GRPOConfig' object has no attribute 'dual_clip'"
+)
+
+
+def test_a_field_of_the_teams_config_class_points_at_config():
+    errors = [CheckResult("clipping.far", "clipping", "error", OWN_FIELD_ERROR)]
+    hint = check_hint(_subclass_spec(), None, errors)
+    assert hint is not None and hint.startswith("the trainer reads args.dual_clip")
+    assert "--config FILE.py:CLASS" in hint
+    assert check_hint(_subclass_spec(), "team.py:TeamConfig", errors) is None  # config given
+
+
+OWN_CONFIG = """
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+
+@dataclass
+class TeamConfig(GRPOConfig):
+    dual_clip: float = field(default=3.0, metadata={"help": "the team's own field"})
+"""
+
+
+def test_a_config_class_is_taken_at_its_defaults(tmp_path, monkeypatch):
+    """`--config FILE.py:CLASS` names a GRPOConfig subclass: the trainer is built with it."""
+    from checker.candidate import _user_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "team.py").write_text(textwrap.dedent(TEAM).split("CONFIG =")[0] + OWN_CONFIG)
+    spec = resolve_target("team.py:TeamTrainer", "auto", "team.py:TeamConfig")
+    cls, values = _user_config(spec, trl.GRPOConfig)
+    assert cls.__name__ == "TeamConfig" and values == {}
+    assert cls(output_dir="out", use_cpu=True, bf16=False).dual_clip == 3.0
 
 
 # -- the user family's team trainer: its own advantages and loss, profiled ----------------------
