@@ -141,3 +141,20 @@ def test_shared_storage_fails_from_a_callback_too(built, tmp_path):
     score, log = _reference_score(built, tmp_path, lambda s: _callback_trainer(s, True))
     assert score == 0.0, log
     assert "reference_model.sync" in log
+
+
+def _bias_corrected_kl(source: str) -> str:
+    """The oracle's trainer with its KL weighted by the ratio (TRL's use_bias_correction_kl),
+    against NOTES.md's plain k3: a kl-stage departure, as a blind skill agent made it."""
+    plain = "            per_token_loss = per_token_loss + self.beta * kl\n"
+    assert plain in source
+    return source.replace(
+        plain, "            per_token_loss = per_token_loss + self.beta * kl * ratio\n"
+    )
+
+
+def test_a_kl_weighted_another_way_does_not_cost_the_reference_stage(built, tmp_path):
+    """The probe's steps run at a beta too small for the KL's gradient to move the policy, so
+    what the reference is synced from does not depend on how the kl stage weights its term."""
+    score, log = _reference_score(built, tmp_path, _bias_corrected_kl)
+    assert score == 1.0, log

@@ -139,6 +139,10 @@ def _reference_cases(generator: torch.Generator) -> list[dict]:
         "eos_token_ids": [1],
         "probe_ids": torch.randint(3, 17, (2, 6), generator=generator),
         "lr": 0.5,
+        # Non-zero, so the reference is scored and synced as in training, but too small for the
+        # KL's gradient to move the policy: what the reference is synced from then does not
+        # depend on how the kl stage weights its term (its own probes judge that).
+        "beta": 1e-9,
     }
     return [
         {

@@ -54,7 +54,8 @@ def _reference_sync(adapter, inputs: dict) -> dict:
     """The reference model through training steps of the driver (`grpo_step`: the trainer's own
     `training_step`, as many passes as the config's `ref_sync_steps`, with the events
     `Trainer.train` sends its callbacks around each step, so a sync kept in a callback runs as
-    in training), then after one more update of the policy alone. Observed: the reference; the
+    in training; at the case's tiny `beta`, so that the KL's weighting does not steer the policy),
+    then after one more update of the policy alone. Observed: the reference; the
     policy just before the last step's update (what a reference synced in that step, before
     its update, is a copy of; where in the step the sync runs changes that step's loss, not
     this); and the reference after the extra update (a reference that moves with the policy)."""
@@ -88,6 +89,7 @@ def _reference_sync(adapter, inputs: dict) -> dict:
         reference=reference,
         num_iterations=passes,
         callbacks=True,
+        beta=inputs["beta"],
     )
     with torch.no_grad():
         synced = reference(input_ids=probe).logits
