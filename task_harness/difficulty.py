@@ -6,7 +6,9 @@ Two measured inputs, each the share of the task that something other than debugg
   by the oracle. A bug counts as found when a check of its stage is flagged (fails, or errors:
   the stage raised on the checker's inputs, which the report points at just the same) on the
   buggy workspace and not on the fixed one (a check flagged on both is a convention of the
-  task, not a finding). The share is the found bugs' weight over the weight of all bugs (decoys aside).
+  task, not a finding), and the report names that stage as a root, or the bug alone (the fixed
+  workspace with only that bug put back) gets its stage flagged too: a stage the diagnosis
+  explains as a knock-on of another bug is not a finding unless its own bug shows by itself. The share is the found bugs' weight over the weight of all bugs (decoys aside).
   rlzero is checked through `trainers/rlzero_protocol.py` (a thin adapter, with its conventions
   declared), a TRL fork as the source tree it is, on its own release's dependencies. A user
   task's GRPOTrainer subclass is checked on the release the task pins, with the team's
@@ -195,8 +197,9 @@ def declare_user_conventions(spec: TaskSpec, fixed: Path, buggy: Path) -> None:
     shutil.copy(fixed / USER_CONVENTIONS, buggy / USER_CONVENTIONS)
 
 
-def failing_checks(spec: TaskSpec, workspace: Path) -> dict[str, set[str]]:
-    """{stage: names of its flagged checks} when grpo-check runs on `workspace` (a copy)."""
+def checker_run(spec: TaskSpec, workspace: Path) -> tuple[dict[str, set[str]], set[str]]:
+    """({stage: names of its flagged checks}, the stages its diagnosis names as roots) when
+    grpo-check runs on `workspace` (a copy)."""
     target, env = _target(spec, workspace)
     try:
         done = subprocess.run(
@@ -212,7 +215,9 @@ def failing_checks(spec: TaskSpec, workspace: Path) -> dict[str, set[str]]:
     if done.returncode not in (0, 1):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise DifficultyError(f"{spec.id}: grpo-check exited {done.returncode}: {last}")
-    return flagged_checks(json.loads(done.stdout)["results"])
+    report = json.loads(done.stdout)
+    roots = set((report.get("diagnosis") or {}).get("root_stages", ()))
+    return flagged_checks(report["results"]), roots
 
 
 def flagged_checks(results: list[dict]) -> dict[str, set[str]]:
@@ -226,7 +231,8 @@ def flagged_checks(results: list[dict]) -> dict[str, set[str]]:
 
 
 def checker_findings(spec: TaskSpec, built: Path) -> tuple[str, ...]:
-    """The bugs of the built task `built` whose stage grpo-check flags only while they are in."""
+    """The bugs of the built task `built` whose stage grpo-check flags only while they are in,
+    as a root of its diagnosis or, for a stage it explains as a knock-on, with the bug alone."""
     with tempfile.TemporaryDirectory(prefix=f"grpo-difficulty-{spec.id}-") as scratch:
         buggy, fixed = Path(scratch) / "buggy", Path(scratch) / "fixed"
         shutil.copytree(built / "environment" / "workspace", buggy, symlinks=True)
@@ -234,12 +240,25 @@ def checker_findings(spec: TaskSpec, built: Path) -> tuple[str, ...]:
         shutil.copytree(built / "solution" / "files", fixed, dirs_exist_ok=True)
         if spec.family == "user":
             declare_user_conventions(spec, fixed, buggy)
-        seen_buggy = failing_checks(spec, buggy)
-        seen_fixed = failing_checks(spec, fixed)
-    bugs = [b for b in spec.bugs if b.kind == "bug"]
-    return tuple(
-        b.id for b in bugs if seen_buggy.get(b.stage, set()) - seen_fixed.get(b.stage, set())
-    )
+        seen_buggy, roots = checker_run(spec, buggy)
+        seen_fixed, _ = checker_run(spec, fixed)
+
+        def new_in(seen: dict[str, set[str]], stage: str) -> bool:
+            return bool(seen.get(stage, set()) - seen_fixed.get(stage, set()))
+
+        found = []
+        for patch in (p for p in spec.patches if p.kind == "bug"):
+            stage = next(b.stage for b in spec.bugs if b.id == patch.id)
+            if not new_in(seen_buggy, stage):
+                continue
+            if stage not in roots:
+                alone = Path(scratch) / f"alone-{patch.id}"
+                shutil.copytree(fixed, alone, symlinks=True)
+                patch.mutant.apply(alone / "trl" if spec.family == "trl" else alone)
+                if not new_in(checker_run(spec, alone)[0], stage):
+                    continue
+            found.append(patch.id)
+    return tuple(b.id for b in spec.bugs if b.id in found)
 
 
 def baseline_rewards(spec: TaskSpec, built: Path) -> dict[str, float]:

@@ -159,3 +159,34 @@ def test_a_fork_task_records_its_hunk_restore_and_is_diff_solvable_above_0_3(spe
     assert measured is not None and measured.upstream_hunks is not None, spec.id
     assert measured.upstream_hunks <= measured.baseline_max
     assert difficulty.diff_solvable(spec) == (measured.upstream_hunks > 0.3)
+
+
+@pytest.mark.parametrize("alone_shows", [False, True], ids=["knock-on", "shows-alone"])
+def test_a_stage_explained_as_a_knock_on_counts_only_if_its_bug_alone_shows(
+    alone_shows, tmp_path, monkeypatch
+):
+    """user-ref-anchor with every bug in: grpo-check flags ratio, kl and clipping, and names
+    ratio and kl as roots (the ratio of 1 breaks the clipping checks). The dual clip counts as
+    found only if the fixed workspace with that bug alone gets clipping flagged."""
+    from task_harness.build import build_task
+
+    spec = load_task(TASKS_DIR / "user-ref-anchor")
+    built = build_task(spec, tmp_path / "built")
+    monkeypatch.setattr(difficulty, "declare_user_conventions", lambda *args: None)
+    runs = {
+        "buggy": ({"ratio": {"r"}, "kl": {"k"}, "clipping": {"c"}}, {"ratio", "kl"}),
+        "alone-dual_clip_from_one": ({"clipping": {"c"}} if alone_shows else {}, set()),
+    }
+    seen = []
+
+    def checker_run(spec, workspace):
+        seen.append(workspace.name)
+        return runs.get(workspace.name, ({}, set()))
+
+    monkeypatch.setattr(difficulty, "checker_run", checker_run)
+    found = difficulty.checker_findings(spec, built)
+    expected = ["kl_per_completion_mean", "old_logps_from_this_pass"]
+    if alone_shows:
+        expected.append("dual_clip_from_one")
+    assert sorted(found) == sorted(expected)
+    assert seen == ["buggy", "fixed", "alone-dual_clip_from_one"]  # only the knock-on is rerun
