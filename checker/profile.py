@@ -61,7 +61,7 @@ def probe_rewards(candidate, profile: Profile) -> None:
     if fn is None:
         return
     rewards = torch.tensor([[1.0, math.nan], [math.nan, math.nan]])
-    unscored = float(fn(rewards, [1.0, 0.5])[1])
+    unscored = float(fn(rewards, torch.tensor([1.0, 0.5]))[1])  # TRL's weights: a tensor
     if math.isnan(unscored):
         profile.set("nan_rewards", "excluded", "a row of NaN rewards stays NaN")
     elif unscored == 0.0:

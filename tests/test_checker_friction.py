@@ -139,6 +139,47 @@ def test_declared_small_epsilon_still_fails_an_uncentred_constant_group(tmp_path
     assert failure.status == "fail" and "not centred" in failure.message, failure.message
 
 
+TRL_STYLE_REWARDS = """
+import torch
+
+def combine_rewards(rewards_per_func, reward_weights):
+    return torch.nansum(rewards_per_func * reward_weights.to(rewards_per_func.device), dim=1)
+"""
+
+
+def test_reward_weights_come_as_trl_holds_them(tmp_path):
+    """TRL keeps `reward_weights` as a float32 tensor and calls `.to(device)` on it; a candidate
+    written the same way runs every reward check (a list made each of them an error)."""
+    results = _results(_candidate(tmp_path, TRL_STYLE_REWARDS), ("rewards",))
+    assert not [r for r in results.values() if r.status == "error"], results
+    assert results["rewards.weighted_sum_matches_reference"].status == "pass"
+
+
+OVERLONG_FILTER_STEP = """
+from reference_impl.train import grpo_step as reference_step
+
+def grpo_step(*args, **kwargs):
+    kwargs["mask_truncated_completions"] = True  # DAPO's overlong filter, always on
+    return reference_step(*args, **kwargs)
+"""
+
+
+@pytest.mark.xdist_group("heavy-update")
+def test_a_declared_overlong_filter_is_stepped_by_the_reference_too(tmp_path):
+    """A trainer that always masks the completions cut at the length limit, declared with
+    `mask_truncated_completions: true`, passes the update checks (the reference step had
+    ignored the declaration: a false alarm on user-gspo-filter's correct trainer); undeclared,
+    the step differs from the reference's."""
+    declared = _results(
+        _candidate(tmp_path, OVERLONG_FILTER_STEP, "{mask_truncated_completions: true}"),
+        ("update",),
+    )
+    step = declared["update.step_matches_reference"]
+    assert step.status == "pass", step.message
+    undeclared = _results(_candidate(tmp_path, OVERLONG_FILTER_STEP), ("update",))
+    assert undeclared["update.step_matches_reference"].status == "fail"
+
+
 PLAIN_K3_LOSS = """
 from reference_impl.loss import compute_loss as reference_loss
 

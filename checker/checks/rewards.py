@@ -24,7 +24,10 @@ NAN_REWARDS_MEAN = {
 
 
 def _combine(ctx: Context, rewards_per_func: torch.Tensor, weights: list[float]) -> torch.Tensor:
-    out = ctx.call("combine_rewards", rewards_per_func, weights, shape=(rewards_per_func.size(0),))
+    # The weights as TRL holds them (`self.reward_weights`, a float32 tensor, gt:L574): a
+    # candidate written against TRL calls `.to(device)` on them, and a list would break it.
+    tensor = torch.tensor(weights, dtype=torch.float32)
+    out = ctx.call("combine_rewards", rewards_per_func, tensor, shape=(rewards_per_func.size(0),))
     return out.detach().float()
 
 

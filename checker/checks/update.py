@@ -68,6 +68,8 @@ def _reference_step(ctx: Context, policy, completion_batch, rewards, lr=0.05, **
         "importance_sampling_level": ctx.config["importance_sampling_level"],
         "use_bias_correction_kl": ctx.config["use_bias_correction_kl"],
         "scale_rewards": ctx.config["scale_rewards"],
+        # A trainer that filters overlong completions (DAPO) masks them in its step too.
+        "mask_truncated_completions": ctx.config["mask_truncated_completions"],
     }
     mode = ctx.config["loss_agg_mode"]
     if mode:
