@@ -415,6 +415,28 @@ def close(value: float, target: float, tol: float = 1e-4) -> bool:
     return abs(value - target) <= tol
 
 
+def _literal_gspo_ratio_leaves_float32() -> bool:
+    """exp's float32 limits, and GSPO's ratio as exp(sum) ** (1 / n) against exp(mean) on 8,192
+    tokens drifting 0.011 nats each: inf with a NaN gradient, where the log-space ratio is 1.011."""
+    exp32 = lambda x: torch.exp(torch.tensor(x, dtype=torch.float32))  # noqa: E731
+    limits = (
+        torch.isfinite(exp32(88.7))
+        and torch.isinf(exp32(88.8))
+        and exp32(-103.9) > 0
+        and exp32(-104.0) == 0
+    )
+    drift = torch.full((8192,), 0.011, requires_grad=True)
+    literal = torch.exp(drift.sum()) ** (1 / 8192)
+    (grad,) = torch.autograd.grad(literal, drift)
+    log_space = torch.exp(drift.mean())
+    return bool(
+        limits
+        and torch.isinf(literal)
+        and torch.isnan(grad).all()
+        and round(float(log_space), 3) == 1.011
+    )
+
+
 CLAIMS = [
     # Advantages.
     Claim("SKILL.md", "(std(r) + 1e-4)", lambda: "+ 1e-4)" in TRAINER_SOURCE[2786]),
@@ -620,6 +642,13 @@ CLAIMS = [
         lambda: DEFAULTS["max_grad_norm"] == 1.0 and _clipped_once_per_step(),
     ),
     Claim("internals", "(3,405 lines)", lambda: len(TRAINER_SOURCE) == 3405),
+    Claim(
+        "algorithm",
+        "exp overflows to\ninf past a summed log-ratio of 88.7 and rounds to 0 below -103.9: 8,192 tokens"
+        " drifting 0.011\nnats each, while the ratio itself is 1.011. The ratio is then inf or 0 and"
+        " the gradient NaN.",
+        lambda: _literal_gspo_ratio_leaves_float32(),
+    ),
     Claim(
         "SKILL.md",
         "With `beta=0.0` (the TRL 1.16 default) no reference model is built",

@@ -19,8 +19,14 @@ from checker.checks._loss import (
     skip_without_ratio,
 )
 from checker.checks.context import Context, assert_close, fmt
+from checker.fixtures import random_logps, unequal_mask
 
 IN_BAND = 0.12  # |logp - old| < 0.12 keeps r in (0.89, 1.13): inside the default band [0.8, 1.2]
+# A long chain of thought, the responses GSPO was made for (arXiv:2507.18071), drifting 0.02 nats
+# per token: the summed log-ratio of a full row is about +-164, past float32's exp range (inf above
+# 88.7, 0 below -103.9), while the row's mean keeps r = exp(mean) near 0.98 or 1.02.
+LONG_ROW = 8192
+DRIFT = 0.02
 
 
 @check("ratio", "compute_loss")
@@ -127,6 +133,46 @@ def sequence_ratio_is_geometric_mean(ctx: Context) -> None:
                 keep
             ],
         },
+    )
+
+
+@check("ratio", "compute_loss")
+def sequence_ratio_of_long_rows_is_finite(ctx: Context) -> None:
+    """Sequence level on rows of 6,000 to 8,192 tokens drifting 0.02 nats per token: r = exp(masked
+    mean of logp - old) is finite and near 1 however long the row; a ratio formed as exp(sum) **
+    (1 / n), GSPO's (pi / pi_old) ** (1 / |y|) taken literally, is inf or 0 in float32."""
+    skip_without_ratio(ctx)
+    lengths = [LONG_ROW, LONG_ROW, 6000, 7000]
+    mask = unequal_mask(lengths, LONG_ROW)
+    logps = random_logps(ctx.gen, len(lengths), LONG_ROW)
+    direction = torch.tensor([1.0, -1.0, -1.0, 1.0]).unsqueeze(1)
+    shift = direction * DRIFT + (ctx.rand(*logps.shape) * 2 - 1) * 0.01
+    kind = {"loss_type": ctx.clipped_loss_type(), "importance_sampling_level": "sequence"}
+    _, grad_on = loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kind)
+    value_off, grad_off = loss_and_grad(
+        ctx, logps, NEGATIVE_ADVANTAGES, mask, old_per_token_logps=logps - shift, **kind
+    )
+    counted = mask.bool()
+    bad_rows = [i for i in range(len(lengths)) if not torch.isfinite(grad_off[i][counted[i]]).all()]
+    if not torch.isfinite(value_off) or bad_rows:
+        raise CheckFailure(
+            "a finite loss and gradient for rows whose summed log-ratio is about +-164",
+            f"loss {fmt(value_off)}, non-finite gradient in rows {bad_rows} (mean log-ratio"
+            f" {fmt(direction.flatten() * DRIFT)})",
+            "the sequence ratio is exponentiated before the mean: exp(sum of log-ratios) overflows"
+            " (inf) or underflows (0) in float32 past |sum| of about 88; take the masked mean of"
+            " the log-ratios first, then exp",
+        )
+    ratio, keep = gradient_ratio(grad_off, grad_on, mask)
+    shift, mask = shift.double(), mask.double()
+    row_mean = (shift * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
+    assert_close(
+        ratio,
+        row_mean.exp().expand_as(shift)[keep],
+        atol=1e-6,
+        rtol=1e-4,
+        what="per-row ratios of long rows",
+        fallback_cause="the sequence ratio loses precision on long rows: form it in log space",
     )
 
 

@@ -19,6 +19,11 @@ G = 4
 PROMPTS = 3
 ROWS = G * PROMPTS
 LENGTH = 5
+# Long rows for the ratio: a chain of thought of 3,584 to 4,096 tokens whose old log-probs drift
+# 0.03 nats per token, up or down by row. Each row's mean log-ratio keeps its ratio near 1 (0.97,
+# 1.03); its sum, 107 to 123 either way, is past float32's exp range (inf above 88.7, 0 below -103.9).
+LONG = 4096
+DRIFT = 0.03
 WORDS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0", "=", "+"]
 
 
@@ -163,13 +168,28 @@ def _reference_cases(generator: torch.Generator) -> list[dict]:
     ]
 
 
+def _long_rows(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs, mask and old log-probs of ROWS rows of LONG * 7 / 8 to LONG tokens (see LONG)."""
+    logps = -(0.1 + 2.5 * torch.rand(ROWS, LONG, generator=generator))
+    lengths = torch.randint(LONG * 7 // 8, LONG + 1, (ROWS,), generator=generator)
+    mask = (torch.arange(LONG) < lengths[:, None]).long()
+    direction = torch.where(torch.arange(ROWS) % 2 == 0, 1.0, -1.0)[:, None]
+    old = logps - direction * DRIFT + 0.01 * torch.randn(ROWS, LONG, generator=generator)
+    return logps, mask, old
+
+
 def _loss_case(stage: str, name: str, generator: torch.Generator, **settings) -> dict:
-    logps = _logps(generator)
+    if settings.pop("long", False):
+        logps, mask, old_logps = _long_rows(generator)
+    else:
+        logps, mask, old_logps = _logps(generator), _mask(generator), None
     inputs = {
         "per_token_logps": logps,
         "advantages": _advantages(generator),
-        "completion_mask": _mask(generator),
+        "completion_mask": mask,
     }
+    if old_logps is not None:
+        inputs["old_per_token_logps"] = old_logps
     if settings.pop("filtered_row", False):  # a row left out of the loss (all-zero mask)
         inputs["completion_mask"][-1] = 0
     if settings.pop("negative", False):  # every advantage below 0
@@ -204,6 +224,7 @@ def _loss_cases(generator: torch.Generator, stages: set[str]) -> list[dict]:
         cases += [
             _loss_case("ratio", "on_policy", generator, beta=0.0, **one),
             _loss_case("ratio", "second_pass", generator, beta=0.0, old=0.05, **one),
+            _loss_case("ratio", "long_rows", generator, beta=0.0, long=True, **one),
         ]
     if "clipping" in stages:
         cases.append(_loss_case("clipping", "far", generator, beta=0.0, old=0.6, **one))
