@@ -153,7 +153,9 @@ def reading_locals(
 
     Without `when_bound` the values are read when the method returns. With it, they are read on
     the first line at which the local `when_bound` exists: e.g. TRL's combined `rewards` right
-    after `advantages` is computed from them, before a logging block rebinds the name.
+    after `advantages` is computed from them, before a logging block rebinds the name. An
+    implementation that never binds `when_bound` (a subclass that names its advantages its own
+    way) has `names` read when it returns, so its own value still wins over its base's.
     """
     codes = _implementations(method)
     seen: dict[str, Any] = {}
@@ -166,8 +168,7 @@ def reading_locals(
         found = by_code.setdefault(frame.f_code, {})
         if found:  # read once per implementation (the first call: GA = 2 runs it twice)
             return None
-        at_return = when_bound is None and event == "return"
-        if at_return or (event == "line" and when_bound in frame.f_locals):
+        if event == "return" or (event == "line" and when_bound in frame.f_locals):
             frame_locals = frame.f_locals
             found.update({name: frame_locals[name] for name in names if name in frame_locals})
         return in_method
