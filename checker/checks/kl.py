@@ -209,6 +209,9 @@ def loss_kl_gradient(ctx: Context) -> None:
         corrected = plain + BETA * float(_estimate(ctx, d))
         expected = torch.full_like(seen, corrected if correction else plain)
         other = torch.full_like(seen, plain if correction else corrected)
+        # The KL averaged over the batch's tokens apart from the policy term (OpenRLHF's separate
+        # kl_loss): each token's KL weight is 1 / N_tok, not the policy term's weight.
+        token_mean = expected / (weights[keep] * mask.sum())
         flag = "True" if correction else "False"
         assert_close(
             seen,
@@ -222,8 +225,19 @@ def loss_kl_gradient(ctx: Context) -> None:
                     seen
                 ),
                 "the KL gradient has the wrong sign (KL maximised)": -expected,
+                _KL_APART: token_mean,
             },
         )
+
+
+# The cause when the KL is a token mean of its own beside a policy term that `loss_type`
+# aggregates otherwise: a design some trainers choose, which the checks cannot declare.
+_KL_APART = (
+    "the KL term is averaged over the batch's tokens apart from the policy term, which follows"
+    " loss_type (OpenRLHF adds its kl_loss this way); grpo-check checks the KL inside the"
+    " policy term's aggregation, as TRL adds it per token: if yours is intended, declare"
+    " custom: {kl: <why>}"
+)
 
 
 def _unhonoured_correction(correction: bool) -> str:
