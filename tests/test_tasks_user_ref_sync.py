@@ -154,7 +154,20 @@ def _bias_corrected_kl(source: str) -> str:
 
 
 def test_a_kl_weighted_another_way_does_not_cost_the_reference_stage(built, tmp_path):
-    """The probe's steps run at a beta too small for the KL's gradient to move the policy, so
-    what the reference is synced from does not depend on how the kl stage weights its term."""
+    """The probe's updates move the policy by a fixed drift, not by the loss's gradient, so what
+    the reference is synced from does not depend on how the kl stage weights its term."""
     score, log = _reference_score(built, tmp_path, _bias_corrected_kl)
+    assert score == 1.0, log
+
+
+def _groups_interleaved(source: str) -> str:
+    """The oracle's trainer with user-ref-anchor's advantages bug put back (groups read as G
+    rounds of the prompts): every update's gradient changes, the reference code does not."""
+    grouped = "        grouped = rewards.view(-1, self.num_generations)\n"
+    assert grouped in source
+    return source.replace(grouped, "        grouped = rewards.view(self.num_generations, -1).T\n")
+
+
+def test_an_advantages_bug_left_in_does_not_cost_the_reference_stage(built, tmp_path):
+    score, log = _reference_score(built, tmp_path, _groups_interleaved)
     assert score == 1.0, log

@@ -143,11 +143,13 @@ def _reference_cases(generator: torch.Generator) -> list[dict]:
         "num_generations": G,
         "eos_token_ids": [1],
         "probe_ids": torch.randint(3, 17, (2, 6), generator=generator),
-        "lr": 0.5,
-        # Non-zero, so the reference is scored and synced as in training, but too small for the
-        # KL's gradient to move the policy: what the reference is synced from then does not
-        # depend on how the kl stage weights its term (its own probes judge that).
-        "beta": 1e-9,
+        # Each update moves the policy by this drift per parameter (standard normal draws from
+        # the seed), in place of the loss's gradient: the policy the reference is synced from is
+        # then the same whatever the other stages compute (user_probes._reference_sync).
+        "drift": 0.01,
+        "drift_seed": int(torch.randint(0, 2**31 - 1, (1,), generator=generator)),
+        # Non-zero, so the reference is scored and synced as in training.
+        "beta": 0.04,
     }
     return [
         {

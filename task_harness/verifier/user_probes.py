@@ -54,8 +54,11 @@ def _reference_sync(adapter, inputs: dict) -> dict:
     """The reference model through training steps of the driver (`grpo_step`: the trainer's own
     `training_step`, as many passes as the config's `ref_sync_steps`, with the events
     `Trainer.train` sends its callbacks around each step, so a sync kept in a callback runs as
-    in training; at the case's tiny `beta`, so that the KL's weighting does not steer the policy),
-    then after one more update of the policy alone. Observed: the reference; the
+    in training), then after one more update of the policy alone. Every update moves the policy
+    by a fixed drift drawn from the case's `drift_seed`, whatever the loss's gradient: the policy
+    at each step is then the same in every workspace, so a bug left in the advantages, the ratio
+    or the KL cannot change what the reference is synced from (their own probes judge them).
+    Observed: the reference; the
     policy just before the last step's update (what a reference synced in that step, before
     its update, is a copy of; where in the step the sync runs changes that step's loss, not
     this); and the reference after the extra update (a reference that moves with the policy)."""
@@ -69,13 +72,21 @@ def _reference_sync(adapter, inputs: dict) -> dict:
     probe = inputs["probe_ids"]
     before_update: list[torch.Tensor] = []
 
-    class Recording(torch.optim.SGD):
+    generator = torch.Generator().manual_seed(int(inputs["drift_seed"]))
+    drifts = [
+        inputs["drift"] * torch.randn(p.shape, generator=generator) for p in policy.parameters()
+    ]
+
+    class Drifting(torch.optim.SGD):
+        """Records the policy before each update, then moves it by the drift, not the gradient."""
+
         def step(self, closure=None):
             with torch.no_grad():
                 before_update[:] = [policy(input_ids=probe).logits]
-            return super().step(closure)
+                for param, drift in zip(policy.parameters(), drifts, strict=True):
+                    param.add_(drift)
 
-    optimizer = Recording(policy.parameters(), lr=inputs["lr"])
+    optimizer = Drifting(policy.parameters(), lr=0.0)
     passes = int(getattr(adapter.harness.trainer().args, "ref_sync_steps", 1) or 1)
     adapter.grpo_step(
         policy,
