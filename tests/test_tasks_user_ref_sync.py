@@ -9,10 +9,6 @@ shared storage still fails from a callback as from `training_step`.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ import pytest
 from task_harness.build import build_task
 from task_harness.spec import load_tasks
 from task_harness.verifier import jail
+from tests.user_task_scoring import bug_score
 
 pytestmark = [
     pytest.mark.xdist_group("tasks-user-ref-sync"),
@@ -104,27 +101,8 @@ def _counted_trainer(source: str) -> str:
 
 
 def _reference_score(built: Path, tmp_path: Path, rewrite) -> tuple[float, str]:
-    """The verifier's score of the reference bug alone (task.json cut to it, no training run)
-    on the oracle's workspace with its trainer.py rewritten by `rewrite`."""
-    tests = tmp_path / "tests"
-    shutil.copytree(built / "tests", tests)
-    task = json.loads((tests / "task.json").read_text())
-    task["bugs"] = [b for b in task["bugs"] if b["id"] == "reference_shares_storage"]
-    task["learning"] = None
-    (tests / "task.json").write_text(json.dumps(task))
-    workspace = tmp_path / "workspace"
-    shutil.copytree(built / "environment" / "workspace", workspace)
-    shutil.copytree(built / "solution" / "files", workspace, dirs_exist_ok=True)
-    trainer = workspace / "mygrpo" / "trainer.py"
-    trainer.write_text(rewrite(trainer.read_text()))
-    done = subprocess.run(
-        [sys.executable, str(tests / "verify.py"), str(workspace), str(tmp_path / "logs")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    reward = json.loads((tmp_path / "logs" / "reward.json").read_text())
-    return reward["reference_shares_storage"], done.stdout[-2000:]
+    """The verifier's score of the reference bug alone on the oracle with `rewrite` applied."""
+    return bug_score(built, tmp_path, "reference_shares_storage", rewrite)
 
 
 def test_a_sync_kept_in_a_callback_passes(built, tmp_path):

@@ -10,10 +10,6 @@ fix scored 0. A frame that never binds `advantages` now has `rewards` read when 
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ import pytest
 from task_harness.build import build_task
 from task_harness.spec import load_tasks
 from task_harness.verifier import jail
+from tests.user_task_scoring import bug_score
 
 pytestmark = [
     pytest.mark.xdist_group("tasks-user-rewards-read"),
@@ -50,29 +47,14 @@ def built(tmp_path_factory) -> Path:
 
 
 def _rewards_score(built: Path, tmp_path: Path, rewrite) -> tuple[float, str]:
-    """The verifier's score of the rewards bug alone (no training run) on the oracle's workspace
-    with its trainer.py rewritten by `rewrite`."""
-    tests = tmp_path / "tests"
-    shutil.copytree(built / "tests", tests)
-    task = json.loads((tests / "task.json").read_text())
-    task["bugs"] = [b for b in task["bugs"] if b["id"] == "unscored_rows_nan"]
-    task["learning"] = None
-    (tests / "task.json").write_text(json.dumps(task))
-    workspace = tmp_path / "workspace"
-    shutil.copytree(built / "environment" / "workspace", workspace)
-    shutil.copytree(built / "solution" / "files", workspace, dirs_exist_ok=True)
-    trainer = workspace / "mygrpo" / "trainer.py"
-    source = trainer.read_text()
-    assert NAMED_ADVANTAGES in source
-    trainer.write_text(rewrite(source.replace(NAMED_ADVANTAGES, OWN_NAME)))
-    done = subprocess.run(
-        [sys.executable, str(tests / "verify.py"), str(workspace), str(tmp_path / "logs")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    reward = json.loads((tmp_path / "logs" / "reward.json").read_text())
-    return reward["unscored_rows_nan"], done.stdout[-2000:]
+    """The verifier's score of the rewards bug alone on the oracle with its advantages renamed
+    and `rewrite` applied."""
+
+    def renamed(source: str) -> str:
+        assert NAMED_ADVANTAGES in source
+        return rewrite(source.replace(NAMED_ADVANTAGES, OWN_NAME))
+
+    return bug_score(built, tmp_path, "unscored_rows_nan", renamed)
 
 
 def test_advantages_of_another_name_keep_the_subclass_reward_read(built, tmp_path):
