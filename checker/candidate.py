@@ -36,7 +36,13 @@ from pathlib import Path
 import yaml
 
 from checker.adapters import trl_version
-from reference_impl.protocol import ALL_FUNCTIONS, DEFAULTS, PROTOCOL_FUNCTIONS, STAGES
+from reference_impl.protocol import (
+    ALL_FUNCTIONS,
+    CONVENTION_VALUES,
+    DEFAULTS,
+    PROTOCOL_FUNCTIONS,
+    STAGES,
+)
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
 YAML_KEYS = {
@@ -318,8 +324,8 @@ TRAINER_FIELDS_HINT = (
 
 
 def normalise_config(config: object, source: str, hint: str = "") -> dict[str, object]:
-    """Declared conventions with TRL aliases resolved; unknown keys are a one-line error, with
-    `hint` appended."""
+    """Declared conventions with TRL aliases resolved; an unknown key, or a value outside a
+    convention's set, is a one-line error (`hint` appended to the first)."""
     if not isinstance(config, dict):
         raise TargetError(f"{source}: `config` must be a mapping")
     result = {}
@@ -329,6 +335,12 @@ def normalise_config(config: object, source: str, hint: str = "") -> dict[str, o
             raise TargetError(
                 f"{source}: unknown config key {key!r}; known: {sorted(DEFAULTS)}{hint}"
             )
+        if key == "scale_rewards" and isinstance(value, bool):
+            value = "group" if value else "none"  # TRL before 0.21 took a bool (True: group std)
+        allowed = CONVENTION_VALUES.get(key)
+        if allowed is not None and value not in allowed:
+            shown = ", ".join("null" if v is None else str(v) for v in allowed)
+            raise TargetError(f"{source}: config {key}: {value!r} is not one of {shown}")
         result[key] = value
     return result
 

@@ -189,6 +189,14 @@ def aggregate(
     raise ValueError(rule)
 
 
+def aggregation_weights(mask: torch.Tensor, rule: str, **options) -> torch.Tensor:
+    """Each token's weight in `aggregate(token_loss, mask, rule, **options)`, which is linear in
+    the per-token losses: its gradient with respect to them, in float64."""
+    token_loss = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
+    (weights,) = torch.autograd.grad(aggregate(token_loss, mask, rule, **options), token_loss)
+    return weights
+
+
 def kl_value(d: torch.Tensor | float, estimator: str) -> torch.Tensor:
     """The per-token KL estimate at d = ref - logp (verl core_algos.kl_penalty_forward)."""
     d = torch.as_tensor(d, dtype=torch.float64)

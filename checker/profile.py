@@ -451,8 +451,10 @@ def _probe_old_ignored(fn, profile: Profile) -> None:
 
 
 def probe_kl_loss(candidate, profile: Profile) -> None:
-    """use_bias_correction_kl from the on-policy KL gradient (A = 0, ref - logp = 0.4: beta *
-    (1 - e^d), plus beta * k3 when corrected), then kl_weight from the value at ratio 1.5."""
+    """use_bias_correction_kl and kl_aggregation from the on-policy KL gradient (A = 0,
+    ref - logp = 0.4: beta * (1 - e^d), plus beta * k3 when corrected, per unit of the policy
+    term's token weight, or of a verl aggregation's weights for a KL aggregated apart), then
+    kl_weight from the value at ratio 1.5."""
     import math
 
     import torch
@@ -465,7 +467,9 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
     estimator = profile.conventions.get("kl_estimator", "k3")
     beta, d = 0.1, 0.4
     logps = -torch.rand(3, 5, generator=torch.Generator().manual_seed(6)) - 0.1
-    mask = torch.ones(3, 5)
+    # unequal lengths, so that a token mean and a mean of row means weight tokens differently
+    mask = torch.tensor([[1.0] * 5, [1.0] * 2 + [0.0] * 3, [1.0] * 4 + [0.0]])
+    keep = mask.bool()
 
     def loss_and_grad(advantage: float, **kwargs):
         leaf = logps.clone().requires_grad_(True)
@@ -480,9 +484,18 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
         return
     if value == 0.0 and not grad.any():
         return  # no KL term in the loss (kl_placement: reward, or beta ignored)
-    per_weight = grad / weights
+    if not (weights[keep] != 0).all():
+        return  # a policy term with tokens of no weight: nothing to measure the KL against
+    per_weight = grad[keep] / weights[keep]
     plain = beta * float(conventions.kl_gradient(d, estimator))
     corrected = plain + beta * float(conventions.kl_value(d, estimator))
+    mode = _kl_aggregation(mask, weights, per_weight, (plain, corrected))
+    if mode is not None:
+        kl_weights = conventions.aggregation_weights(mask, conventions.AGG_MODE_RULES[mode])
+        how = "the KL gradient weights tokens apart from the policy term"
+        profile.set("kl_aggregation", mode, how)
+        per_weight = grad[keep] / kl_weights[keep]
+        norm = float(kl_weights.sum())  # the KL term's total weight, for the value at ratio 1.5
 
     def pin_if_ignored(measured: bool) -> None:
         """A loss of the team's own takes use_bias_correction_kl and ignores it: pinned."""
@@ -518,6 +531,29 @@ def probe_kl_loss(candidate, profile: Profile) -> None:
     )
     if abs(shifted / norm - beta * k) <= 1e-4 * beta * k:
         profile.set("kl_weight", "on_policy", "off policy the KL value is not ratio-weighted")
+
+
+def _kl_aggregation(mask, weights, per_weight, slopes: tuple[float, float]) -> str | None:
+    """The verl aggregation whose token weights (over the policy term's `weights`) make the KL
+    gradient per unit of policy weight, `per_weight`, one of `slopes` on every token; None when
+    the policy term's own weights do (the KL joins its aggregation) or when none does."""
+    import torch
+
+    from checker import conventions
+    from reference_impl.protocol import LOSS_AGG_MODES
+
+    keep = mask.bool()
+
+    def uniform(relative: torch.Tensor) -> bool:
+        return any(torch.allclose(per_weight, s * relative, rtol=1e-4) for s in slopes)
+
+    if uniform(torch.ones_like(per_weight)):
+        return None
+    for mode in LOSS_AGG_MODES:
+        kl_weights = conventions.aggregation_weights(mask, conventions.AGG_MODE_RULES[mode])
+        if uniform(kl_weights[keep] / weights[keep]):
+            return mode
+    return None
 
 
 def _probe_empty_batch(fn, profile: Profile) -> None:

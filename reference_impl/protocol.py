@@ -118,6 +118,12 @@ LOSS_AGG_MODES = (
 # (TRL); low_var_kl = k3 with ref - logp clamped to [-20, 20] and the value to [-10, 10] (verl);
 # abs = |logp - ref|.
 KL_ESTIMATORS = ("k3", "k1", "k2", "mse", "low_var_kl", "abs")
+# How the per-token KL is aggregated when it is in the loss: None, token by token inside the
+# policy term's aggregation (TRL gt:L3101-3110; verl's agg_loss with the policy's loss_agg_mode),
+# or by a verl aggregation rule of its own, added apart from the policy term (OpenRLHF's
+# `kl_loss = masked_mean(kl, action_mask)`, a token mean beside a per-sequence GSPO term; many
+# forks' `masked_mean(kld, response_mask)` beside a seq-mean policy loss).
+KL_AGGREGATIONS = (None, *LOSS_AGG_MODES)
 # Where the KL penalty goes: a per-token term of the loss (TRL, verl `use_kl_loss`), or a
 # detached penalty on the reward (verl `use_kl_in_reward`, OpenRLHF), which the loss never sees.
 KL_PLACEMENTS = ("loss", "reward")
@@ -183,6 +189,8 @@ DEFAULTS: dict[str, object] = {
     "loss_scale_factor": None,
     "kl_estimator": "k3",
     "kl_placement": "loss",
+    # None: the KL joins the policy term's aggregation; a verl name aggregates it apart.
+    "kl_aggregation": None,
     "kl_weight": "ratio",
     "policy_loss": "clipped",
     "clipping": "asymmetric",
@@ -203,6 +211,7 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "loss_agg_mode": (None, *LOSS_AGG_MODES),
     "kl_estimator": KL_ESTIMATORS,
     "kl_placement": KL_PLACEMENTS,
+    "kl_aggregation": KL_AGGREGATIONS,
     "kl_weight": KL_WEIGHTS,
     "policy_loss": POLICY_LOSSES,
     "clipping": CLIPPING_FORMS,

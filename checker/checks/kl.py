@@ -8,6 +8,8 @@ NeMo-RL's default). Inside the loss it is probed with A = 0 (the policy term van
 constant d on every token, divided by the loss of A = -1 (the normaliser cancels). A candidate
 declaring another `kl_estimator` (k1, k2/mse, low_var_kl, abs: verl's `kl_penalty`) is compared with
 that estimator's value and gradient; `kl_placement: reward` has no KL term in the loss to check.
+A candidate declaring `kl_aggregation` (a verl `loss_agg_mode`: its KL aggregated apart from the
+policy term, as OpenRLHF's `kl_loss` is a token mean) is compared with that rule's token weights.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from checker import conventions
 from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import batch, loss_and_grad, skip_without_ratio
 from checker.checks.context import Context, assert_close, fmt
-from reference_impl.protocol import KL_ESTIMATORS
+from reference_impl.protocol import KL_AGGREGATIONS, KL_ESTIMATORS
 
 BETA = 0.1
 
@@ -121,6 +123,48 @@ def per_token_kl_zero_at_reference(ctx: Context) -> None:
         raise CheckFailure("k3 >= 0", f"min {fmt(float(other.min()))}", "the KL sign is flipped")
 
 
+def _aggregation_weights(ctx: Context, mask: torch.Tensor, mode: str | None) -> torch.Tensor | None:
+    """Each token's weight in a KL aggregated apart from the policy term by verl's `mode`, or None
+    for a KL that joins the policy term's aggregation token by token (TRL gt:L3101-3110)."""
+    if mode is None:
+        return None
+    rule = conventions.AGG_MODE_RULES[mode]
+    options = {"max_len": ctx.config["loss_scale_factor"], "empty_rows": ctx.config["empty_rows"]}
+    return conventions.aggregation_weights(mask, rule, **options)
+
+
+def _kl_share(ctx: Context, mask: torch.Tensor, norm: torch.Tensor, mode: str | None) -> float:
+    """The KL term's total weight over the policy term's (`norm`): 1 when the KL joins the
+    policy term's aggregation, sum(KL weights) / norm when `mode` aggregates it apart."""
+    weights = _aggregation_weights(ctx, mask, mode)
+    return 1.0 if weights is None else float(weights.sum() / norm)
+
+
+def _aggregation_cause(mode: str | None) -> str:
+    """Why the KL's weights would be `mode`'s rather than the declared aggregation's."""
+    if mode is None:
+        return (
+            "the KL joins the policy term's aggregation token by token (as TRL adds it), not"
+            " the declared kl_aggregation"
+        )
+    return (
+        f"the KL is aggregated apart from the policy term, as verl's {mode} (OpenRLHF adds its"
+        f" kl_loss as a token mean this way); if intended, declare kl_aggregation: {mode}"
+    )
+
+
+def _aggregation_causes(ctx: Context, expected: torch.Tensor, relative) -> dict:
+    """A cause per KL aggregation other than the declared one, each valued at `expected` times
+    `relative(mode)` (that aggregation's KL weights over the declared one's), where they differ."""
+    own = ctx.config["kl_aggregation"]
+    causes = {}
+    for mode in KL_AGGREGATIONS:
+        value = expected * relative(mode)
+        if mode != own and not torch.allclose(value, expected, rtol=1e-6, atol=0.0):
+            causes[_aggregation_cause(mode)] = value
+    return causes
+
+
 def _normaliser(ctx: Context, logps, mask, loss_type) -> torch.Tensor:
     """The sum of the aggregation weights: the loss of A = -1 on policy with beta = 0, or, for the
     REINFORCE form (whose value is A-weighted log-probs), the sum of that loss's gradient."""
@@ -140,11 +184,13 @@ def _normaliser(ctx: Context, logps, mask, loss_type) -> torch.Tensor:
 
 @check("kl", "compute_loss", depends_on=("loss_aggregation",))
 def loss_adds_beta_times_k3(ctx: Context) -> None:
-    """With A = 0 and ref - logp = d on every token, loss / (loss of A = -1) = beta * k3(d) (or the declared estimator), for d = +-0.4."""
+    """With A = 0 and ref - logp = d on every token, loss / (loss of A = -1) = beta * k3(d) (or the declared estimator; times the KL's total weight over the policy term's under a declared kl_aggregation), for d = +-0.4."""
     _skip_unless_in_loss(ctx)
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)
+    own = ctx.config["kl_aggregation"]
+    share = _kl_share(ctx, mask, norm, own)
     for d in (0.4, -0.4):
         value, _ = loss_and_grad(
             ctx,
@@ -156,7 +202,7 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
             beta=BETA,
         )
         seen = (value / norm).reshape(1)
-        expected = BETA * _estimate(ctx, d).reshape(1)
+        expected = BETA * _estimate(ctx, d).reshape(1) * share
         assert_close(
             seen,
             expected,
@@ -165,17 +211,21 @@ def loss_adds_beta_times_k3(ctx: Context) -> None:
             what=f"loss per unit weight at d = {d}",
             causes={
                 "the KL direction is swapped: d = logp - ref, not ref - logp": BETA
-                * _estimate(ctx, -d).reshape(1),
+                * _estimate(ctx, -d).reshape(1)
+                * share,
                 "the KL term is subtracted: the loss maximises KL": -expected,
                 "the KL term is not multiplied by beta": expected / BETA,
                 "the KL term is missing from the loss": torch.zeros(1, dtype=torch.float64),
+                **_aggregation_causes(
+                    ctx, expected, lambda mode: _kl_share(ctx, mask, norm, mode) / share
+                ),
             },
         )
 
 
 @check("kl", "compute_loss", depends_on=("ratio",))
 def loss_kl_gradient(ctx: Context) -> None:
-    """On policy, A = 0, constant d: dL/dlogp / (dL/dlogp of A = -1) = beta (1 - e^d + k3(d) [bias correction]) (the declared estimator's derivative)."""
+    """On policy, A = 0, constant d: dL/dlogp / (dL/dlogp of A = -1) = beta (1 - e^d + k3(d) [bias correction]) (the declared estimator's derivative; times each token's KL weight over its policy weight under a declared kl_aggregation)."""
     _skip_unless_in_loss(ctx)
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
@@ -185,6 +235,18 @@ def loss_kl_gradient(ctx: Context) -> None:
         raise CheckFailure(
             "a policy gradient for A = -1", "zero gradient", "no gradient reaches logp"
         )
+    own = ctx.config["kl_aggregation"]
+
+    def relative(mode: str | None) -> torch.Tensor:
+        """A KL token's weight under `mode` over its policy weight (1 when it joins the policy
+        term's aggregation)."""
+        kl_weights = _aggregation_weights(ctx, mask, mode)
+        return (
+            torch.ones_like(weights[keep])
+            if kl_weights is None
+            else kl_weights[keep] / weights[keep]
+        )
+
     settings = [ctx.config["use_bias_correction_kl"], not ctx.config["use_bias_correction_kl"]]
     for index, correction in enumerate(settings):
         d = 0.4
@@ -207,11 +269,8 @@ def loss_kl_gradient(ctx: Context) -> None:
         estimator = ctx.config["kl_estimator"]
         plain = BETA * float(conventions.kl_gradient(d, estimator))
         corrected = plain + BETA * float(_estimate(ctx, d))
-        expected = torch.full_like(seen, corrected if correction else plain)
-        other = torch.full_like(seen, plain if correction else corrected)
-        # The KL averaged over the batch's tokens apart from the policy term (OpenRLHF's separate
-        # kl_loss): each token's KL weight is 1 / N_tok, not the policy term's weight.
-        token_mean = expected / (weights[keep] * mask.sum())
+        expected = torch.full_like(seen, corrected if correction else plain) * relative(own)
+        other = torch.full_like(seen, plain if correction else corrected) * relative(own)
         flag = "True" if correction else "False"
         assert_close(
             seen,
@@ -225,19 +284,9 @@ def loss_kl_gradient(ctx: Context) -> None:
                     seen
                 ),
                 "the KL gradient has the wrong sign (KL maximised)": -expected,
-                _KL_APART: token_mean,
+                **_aggregation_causes(ctx, expected, lambda mode: relative(mode) / relative(own)),
             },
         )
-
-
-# The cause when the KL is a token mean of its own beside a policy term that `loss_type`
-# aggregates otherwise: a design some trainers choose, which the checks cannot declare.
-_KL_APART = (
-    "the KL term is averaged over the batch's tokens apart from the policy term, which follows"
-    " loss_type (OpenRLHF adds its kl_loss this way); grpo-check checks the KL inside the"
-    " policy term's aggregation, as TRL adds it per token: if yours is intended, declare"
-    " custom: {kl: <why>}"
-)
 
 
 def _unhonoured_correction(correction: bool) -> str:
@@ -261,6 +310,7 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
     logps, mask = batch(ctx)
     loss_type = ctx.clipped_loss_type()
     norm = _normaliser(ctx, logps, mask, loss_type)
+    share = _kl_share(ctx, mask, norm, ctx.config["kl_aggregation"])
     on_policy_weight = ctx.config["kl_weight"] == "on_policy"
     for r in (1.5, 0.6):
         value, _ = loss_and_grad(
@@ -278,7 +328,7 @@ def bias_correction_uses_unclipped_ratio(ctx: Context) -> None:
             epsilon_high=0.2,
             delta=None,
         )
-        k3 = float(_estimate(ctx, 0.4))
+        k3 = float(_estimate(ctx, 0.4)) * share  # per unit of the policy term's weight
         seen = (value / norm).reshape(1)
         clipped = min(max(r, 0.8), 1.2)
         causes = {
