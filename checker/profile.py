@@ -189,7 +189,10 @@ def probe_masking(candidate, profile: Profile) -> None:
 
 
 def probe_loss(candidate, profile: Profile) -> None:
-    """Aggregation, empty-row count and policy-loss form, from one on-policy call and its gradient."""
+    """Aggregation, empty-row count and policy-loss form, from one on-policy call (and, when a
+    fully masked row makes it non-finite, a finding and a second call without that row)."""
+    import math
+
     import torch
 
     from checker import conventions
@@ -198,14 +201,20 @@ def probe_loss(candidate, profile: Profile) -> None:
     fn = candidate.functions.get("compute_loss")
     if fn is None:
         return
-    mask = unequal_mask([6, 3, 0, 5, 2], 6)
     advantages = torch.tensor([-0.5, -1.25, -0.9, -0.8, -2.0])
     logps = -torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) - 0.1
     leaf = logps.clone().requires_grad_(True)
-    loss = fn(leaf, advantages, mask)
-    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
-    grad = torch.zeros_like(leaf) if grad is None else grad
-    value = float(loss)
+    mask = unequal_mask([6, 3, 0, 5, 2], 6)  # one fully masked row
+    value = float(fn(leaf, advantages, mask))
+    empty_row = math.isfinite(value)
+    if not empty_row:  # measure the rest on rows that all count a token
+        profile.findings.append(
+            "loss_aggregation: a fully masked row gives a non-finite loss: a row's token count"
+            " of 0 is divided by (TRL clamps it to >= 1); if your trainer never builds a fully"
+            " masked row, declare empty_rows: never"
+        )
+        mask = unequal_mask([6, 3, 4, 5, 2], 6)
+        value = float(fn(leaf, advantages, mask))
     a = advantages.double().unsqueeze(1).expand(5, 6)
     rules = {
         "grpo": {"loss_type": "grpo"},
@@ -223,7 +232,7 @@ def probe_loss(candidate, profile: Profile) -> None:
                 if abs(value - expected) <= 1e-5 * max(1.0, abs(expected)):
                     for key, chosen in declared.items():
                         profile.set(key, chosen, f"loss value equals the {rule} formula")
-                    if rule in conventions.ROW_MEAN_RULES:
+                    if rule in conventions.ROW_MEAN_RULES and empty_row:
                         profile.set("empty_rows", empty_rows, "row count with one fully masked row")
                     if form == "reinforce":
                         profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
@@ -232,6 +241,8 @@ def probe_loss(candidate, profile: Profile) -> None:
                     _probe_ignored_loss_options(
                         fn, candidate, profile, rule, (logps, advantages, mask)
                     )
+                    if not empty_row:
+                        return  # an all-masked batch fails for the same reason: one finding
                     if rule not in conventions.ROW_MEAN_RULES:
                         _probe_empty_rows(fn, profile, form, (leaf, advantages, mask))
                     _probe_empty_batch(fn, profile)
@@ -562,7 +573,9 @@ def _probe_empty_batch(fn, profile: Profile) -> None:
     empty = fn(-torch.rand(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
     if not torch.isfinite(torch.as_tensor(empty)).all():
         profile.findings.append(
-            "loss_aggregation: a batch whose every token is masked gives a NaN loss (divides by 0)"
+            "loss_aggregation: a batch whose every token is masked gives a NaN loss (divides by"
+            " 0; TRL clamps the count to >= 1 from 1.9.2, verl's token-mean does not): if"
+            " intended, declare empty_batch_normaliser: unclamped"
         )
 
 

@@ -96,8 +96,11 @@ STD_ESTIMATORS = ("bessel", "population", "leave_one_out")
 # become 0 upstream (verl, most from-scratch trainers).
 NAN_REWARD_POLICIES = ("excluded", "zero", "never")
 # How sequence-mean aggregations count fully masked rows: as rows contributing 0 (TRL divides by
-# B), or not at all (verl's `agg_loss` divides by the number of non-empty rows).
-EMPTY_ROW_POLICIES = ("counted", "excluded")
+# B), not at all (verl's `agg_loss` divides by the number of non-empty rows), or never built: a
+# trainer whose every completion counts at least its stop token and that masks no row out whole
+# (no truncation masking, no rejected rows kept in the batch) divides by the bare row count, and
+# its loss is checked on batches without an empty row.
+EMPTY_ROW_POLICIES = ("counted", "excluded", "never")
 # What dapo / cispo divide by when the whole batch has no completion token: max(count, 1), so the
 # loss is 0 (TRL from 1.9.2), or the bare count, so the loss is 0 / 0 = NaN (TRL before 1.9.2,
 # verl's `agg_loss` token-mean).

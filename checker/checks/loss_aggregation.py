@@ -7,7 +7,8 @@ dapo and cispo: masked sum / max(num_items_in_batch, 1), None -> the mask sum.
 Probed on policy with negative advantages, where every clipped-family token loss is exactly -A
 (ratio and clipping bugs vanish in the value), against formulas written out here. Declared
 conventions change the formula: a verl `loss_agg_mode`, `empty_rows: excluded` (verl's row means
-leave fully masked rows out of the row count), and `policy_loss: reinforce` (-A * logp: its value
+leave fully masked rows out of the row count), `empty_rows: never` (a trainer that never builds a
+fully masked row is probed without one), and `policy_loss: reinforce` (-A * logp: its value
 differs from the surrogate's, so the GRADIENT is compared).
 
 Gradient accumulation (gt:L3153-3172), for a `compute_loss` that takes `gradient_accumulation_steps`
@@ -31,6 +32,7 @@ from checker.fixtures import random_logps, unequal_mask
 from reference_impl.protocol import CLIPPED_LOSS_TYPES, LOSS_TYPES
 
 LENGTHS = [6, 3, 0, 5, 2]  # unequal, with one fully masked row
+NON_EMPTY_LENGTHS = [6, 3, 4, 5, 2]  # the same without it, under empty_rows: never
 ADVANTAGES = torch.tensor([-0.5, -1.25, -0.9, -0.8, -2.0])
 WIDTH, MAX_COMPLETION_LENGTH, NUM_ITEMS = 6, 8, 40
 NAMES = {
@@ -60,9 +62,16 @@ def _token_loss(form: str, logps: torch.Tensor, advantages: torch.Tensor) -> tor
     return -a * torch.exp(logps - logps.detach())
 
 
+def _lengths(ctx: Context) -> list[int]:
+    """The probe's completion lengths: one fully masked row, unless the candidate declares that
+    it never builds one."""
+    return NON_EMPTY_LENGTHS if ctx.config["empty_rows"] == "never" else LENGTHS
+
+
 def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
-    logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
-    mask = unequal_mask(LENGTHS, WIDTH)
+    lengths = _lengths(ctx)
+    logps = random_logps(ctx.gen, len(lengths), WIDTH)
+    mask = unequal_mask(lengths, WIDTH)
     extra = {"epsilon_high": 5.0} if loss_type == "cispo" else {}
     rule = conventions.aggregation_rule(ctx.config, None if own else loss_type)
     empty_rows = ctx.config["empty_rows"]
@@ -118,14 +127,13 @@ def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
             causes["max_completion_length is ignored: the normaliser uses T"] = formula(
                 "dr_grpo", None
             )
-        if rule in conventions.ROW_MEAN_RULES:
+        if rule in conventions.ROW_MEAN_RULES and 0 in lengths:
             flipped = "counted" if empty_rows == "excluded" else "excluded"
             causes[_EMPTY_ROW_CAUSE[flipped]] = formula(rule, empty_rows=flipped)
-        if not reinforce:
+        if not reinforce and rule in ("grpo", "sapo") and 0 in lengths:
+            # the row's token mean with its count unclamped: 0 / 0 on the empty row, so NaN
             grpo_unclamped = (-ADVANTAGES.double().unsqueeze(1) * mask).sum(1) / mask.sum(1)
-            causes["a fully masked row divides by 0 (clamp the token count to >= 1)"] = (
-                grpo_unclamped.nanmean().reshape(1)
-            )
+            causes[_UNCLAMPED_ROW_CAUSE] = grpo_unclamped.mean().reshape(1)
         label = ", ".join(f"{k}={v}" for k, v in case.items())
         name = ctx.config["loss_agg_mode"] if own and ctx.config["loss_agg_mode"] else loss_type
         what = f"{name} {'gradient (REINFORCE form)' if reinforce else 'loss'}"
@@ -144,6 +152,12 @@ _EMPTY_ROW_CAUSE = {
     " does; declare empty_rows: excluded if intended)",
     "counted": "the row mean counts the fully masked row (TRL does), not excluding it as declared",
 }
+# The cause of a NaN loss on the probe's fully masked row: a bug where rows can be empty
+# (truncation masking, rejected rows), a convention where they cannot.
+_UNCLAMPED_ROW_CAUSE = (
+    "a fully masked row divides by 0 (clamp the token count to >= 1; if your trainer never builds"
+    " a fully masked row, declare empty_rows: never)"
+)
 
 
 def _own_scale(ctx: Context, own: bool) -> int | None:
@@ -192,8 +206,9 @@ def other_loss_types_match_formula(ctx: Context) -> None:
 @check("loss_aggregation", "compute_loss", depends_on=("ratio", "clipping"))
 def sapo_gradient_matches_formula(ctx: Context) -> None:
     """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded)."""
-    logps = random_logps(ctx.gen, len(LENGTHS), WIDTH)
-    mask = unequal_mask(LENGTHS, WIDTH)
+    lengths = _lengths(ctx)
+    logps = random_logps(ctx.gen, len(lengths), WIDTH)
+    mask = unequal_mask(lengths, WIDTH)
     _, grad = loss_and_grad(
         ctx, logps, ADVANTAGES, mask, loss_type="sapo", importance_sampling_level="token"
     )
@@ -267,7 +282,10 @@ _TOKEN_COUNT_TYPES = ("bnpo", "dapo", "cispo")
 
 
 def _empty_batch_skip(ctx: Context, loss_type: str) -> str | None:
-    """Why a declared convention makes `loss_type`'s denominator 0 on an all-masked batch."""
+    """Why a declared convention makes `loss_type`'s denominator 0 on an all-masked batch, or
+    makes such a batch one the candidate never builds."""
+    if ctx.config["empty_rows"] == "never":
+        return "declared empty_rows: never (no row is ever fully masked, so no batch is)"
     if loss_type in _TOKEN_COUNT_TYPES and ctx.config["empty_batch_normaliser"] == "unclamped":
         return f"{loss_type}: declared unclamped token-count normaliser (0 / 0 on an empty batch)"
     if loss_type in conventions.ROW_MEAN_RULES and ctx.config["empty_rows"] == "excluded":

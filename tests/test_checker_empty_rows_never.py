@@ -1,0 +1,93 @@
+"""A trainer that never builds a fully masked row (every completion counts its stop token, no row
+is masked out whole) may divide its row means by the bare token count: declared
+`empty_rows: never`, its loss is checked on rows that all count a token and the all-masked-batch
+check skips; undeclared, the failure names the declaration; `profile` reports the NaN as a
+finding that says so and still measures the aggregation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from checker.candidate import resolve_target
+from checker.checks import all_checks
+from checker.sandbox import run_in_process
+
+SEED = 1234
+GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
+
+# A per-sequence mean (loss_type grpo) with the row's token count unclamped.
+LOSS = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 epsilon_low=0.2):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
+    return ((token * mask).sum(1) / ROW_COUNT).mean()
+"""
+UNCLAMPED = "mask.sum(1)"
+
+
+def _write(folder: Path, row_count: str = UNCLAMPED, config: str = "") -> Path:
+    (folder / "candidate.py").write_text(textwrap.dedent(LOSS).replace("ROW_COUNT", row_count))
+    text = "path: candidate.py\nconfig:\n  loss_type: grpo\n  clipping: symmetric\n" + config
+    (folder / "candidate.yaml").write_text(text)
+    return folder / "candidate.yaml"
+
+
+def _results(path: Path) -> dict:
+    target = resolve_target(str(path))
+    return {r.check: r for r in run_in_process(target, all_checks(("loss_aggregation",)), SEED)}
+
+
+def test_undeclared_the_failure_names_the_declaration(tmp_path):
+    result = _results(_write(tmp_path))["loss_aggregation.own_loss_type_matches_formula"]
+    assert result.status == "fail", result.message
+    assert "a fully masked row divides by 0" in result.message
+    assert "declare empty_rows: never" in result.message
+
+
+def test_declared_never_every_aggregation_check_passes_or_skips(tmp_path):
+    results = _results(_write(tmp_path, config="  empty_rows: never\n"))
+    bad = {k: r.message for k, r in results.items() if r.status not in ("pass", "skip")}
+    assert not bad, bad
+    assert results["loss_aggregation.own_loss_type_matches_formula"].status == "pass"
+    skipped = results["loss_aggregation.fully_masked_batch_is_zero"]
+    assert skipped.status == "skip" and "empty_rows: never" in skipped.message
+
+
+def test_declared_never_a_wrong_row_count_still_fails(tmp_path):
+    """The width in place of each row's token count is a bug whatever rows are empty."""
+    path = _write(tmp_path, row_count="mask.size(1)", config="  empty_rows: never\n")
+    result = _results(path)["loss_aggregation.own_loss_type_matches_formula"]
+    assert result.status == "fail", result.message
+
+
+def test_profile_reports_the_finding_and_still_measures_the_aggregation(tmp_path):
+    _write(tmp_path)
+    (tmp_path / "candidate.yaml").unlink()
+    written = tmp_path / "cfg.yaml"
+    done = subprocess.run(
+        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert written.exists(), done.stdout + done.stderr
+    document = yaml.safe_load(written.read_text())
+    assert document["config"]["loss_type"] == "grpo", document
+    assert "empty_rows" not in document["config"], document
+    findings = document["findings"]
+    assert any("declare empty_rows: never" in f for f in findings), findings
+    assert not any("matches no known aggregation" in f for f in findings), findings
+    assert not any("batch whose every token is masked" in f for f in findings), findings
