@@ -4,7 +4,9 @@ Two blind agents fixed the shared storage of the reference model and moved its s
 `TrainerCallback`; a probe that called `training_step` alone never ran it, and failed a correct
 fix. The probe now sends the callbacks the events of each step, so a sync kept in a callback at a
 time NOTES.md allows (before the update of every `ref_sync_steps`-th step) passes, and the
-shared storage still fails from a callback as from `training_step`.
+shared storage still fails from a callback as from `training_step`. The probe's updates are a
+fixed drift, so the reference stage is scored apart from the others; user-loo-clip's reversed
+soft sync still fails when it is the only bug left.
 """
 
 from __future__ import annotations
@@ -148,4 +150,29 @@ def _groups_interleaved(source: str) -> str:
 
 def test_an_advantages_bug_left_in_does_not_cost_the_reference_stage(built, tmp_path):
     score, log = _reference_score(built, tmp_path, _groups_interleaved)
+    assert score == 1.0, log
+
+
+@pytest.fixture(scope="module")
+def built_loo(tmp_path_factory) -> Path:
+    (spec,) = load_tasks(ids=["user-loo-clip"])
+    return build_task(spec, tmp_path_factory.mktemp("built-loo"))
+
+
+def _mix_reversed(source: str) -> str:
+    """user-loo-clip's oracle with its soft sync mixed the other way round put back."""
+    mix = "                ref.mul_(1 - alpha).add_(param, alpha=alpha)\n"
+    assert mix in source
+    return source.replace(mix, "                ref.mul_(alpha).add_(param, alpha=1 - alpha)\n")
+
+
+def test_a_reversed_soft_sync_alone_fails_under_the_drift_probe(built_loo, tmp_path):
+    """The probe's fixed drift must still tell alpha * policy + (1 - alpha) * ref from its
+    reverse when that is the only bug left."""
+    score, log = bug_score(built_loo, tmp_path, "reference_mix_reversed", _mix_reversed)
+    assert score == 0.0, log
+
+
+def test_the_soft_sync_as_intended_passes(built_loo, tmp_path):
+    score, log = bug_score(built_loo, tmp_path, "reference_mix_reversed", lambda s: s)
     assert score == 1.0, log
