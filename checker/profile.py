@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -858,14 +859,20 @@ def yaml_text(spec, profile: Profile, write_path: Path) -> str:
     header = (
         "# Measured by `grpo-check profile`; review, commit, then run `grpo-check <this file>`.\n"
         "# Each of `findings` is reported as a failure by `grpo-check <this file>` until you fix\n"
-        "# it and remove it here.\n"
+        "# it and remove it here (or, where it says `declare KEY: VALUE`, declare that under\n"
+        "# `config:` if it is your trainer's intent).\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False)
 
 
+# A finding that a convention may explain ends "... declare KEY: VALUE" (see probe_loss).
+_SUGGESTED = re.compile(r"declare (\w+): (\S+)$")
+
+
 def finding_results(spec, stages: tuple[str, ...] = ()) -> list:
     """The YAML's `findings:` as failing results, one per finding, under the stage it names: a
-    limitation profile measured stays in the report until the user removes it from the file."""
+    limitation profile measured stays in the report until the user removes it from the file, or
+    declares the convention the finding itself suggests (then it is skipped, saying so)."""
     from checker.checks import CheckResult
     from reference_impl.protocol import STAGES
 
@@ -875,9 +882,15 @@ def finding_results(spec, stages: tuple[str, ...] = ()) -> list:
         stage = prefix if prefix in STAGES else "rewards"
         if stages and stage not in stages:
             continue
-        message = f"profile finding kept in {spec.target}: {finding}"
         order = STAGES.index(stage) * 1000 + 999
-        results.append(CheckResult(f"{stage}.profile_finding", stage, "fail", message, order=order))
+        suggested = _SUGGESTED.search(finding)
+        if suggested and str(spec.config.get(suggested[1])) == suggested[2]:
+            message = f"profile finding settled by the declared {suggested[1]}: {suggested[2]}"
+            status = "skip"
+        else:
+            message = f"profile finding kept in {spec.target}: {finding}"
+            status = "fail"
+        results.append(CheckResult(f"{stage}.profile_finding", stage, status, message, order=order))
     return results
 
 

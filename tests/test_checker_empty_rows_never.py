@@ -7,6 +7,7 @@ finding that says so and still measures the aggregation.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -91,3 +92,40 @@ def test_profile_reports_the_finding_and_still_measures_the_aggregation(tmp_path
     assert any("declare empty_rows: never" in f for f in findings), findings
     assert not any("matches no known aggregation" in f for f in findings), findings
     assert not any("batch whose every token is masked" in f for f in findings), findings
+
+
+def test_declaring_what_the_finding_names_settles_it(tmp_path):
+    """profile --write, then `empty_rows: never` under config: the kept finding is skipped as
+    settled and the loss_aggregation stage has no failure; without the declaration it fails."""
+    _write(tmp_path)
+    (tmp_path / "candidate.yaml").unlink()
+    written = tmp_path / "cfg.yaml"
+    subprocess.run(
+        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    document = yaml.safe_load(written.read_text())
+
+    def finding_status(config_extra: dict) -> tuple[str, list]:
+        (tmp_path / "run.yaml").write_text(
+            yaml.safe_dump({**document, "config": {**document["config"], **config_extra}})
+        )
+        done = subprocess.run(
+            [GRPO_CHECK, "run.yaml", "--stage", "loss_aggregation", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+        results = json.loads(done.stdout)["results"]
+        (finding,) = [r for r in results if r["check"].endswith("profile_finding")]
+        failing = [r["check"] for r in results if r["status"] in ("fail", "error")]
+        return finding["status"], failing
+
+    assert finding_status({})[0] == "fail"
+    status, failing = finding_status({"empty_rows": "never"})
+    assert status == "skip"
+    assert not failing, failing
