@@ -211,8 +211,9 @@ def probe_loss(candidate, profile: Profile) -> None:
     if not empty_row:  # measure the rest on rows that all count a token
         profile.findings.append(
             "loss_aggregation: a fully masked row gives a non-finite loss: a row's token count"
-            " of 0 is divided by (TRL clamps it to >= 1); if your trainer never builds a fully"
-            " masked row, declare empty_rows: never"
+            " of 0 is divided by (TRL clamps it to >= 1); if your trainer never builds one"
+            " (every completion counts at least its EOS, none is masked out whole), declare"
+            " empty_rows: never"
         )
         mask = unequal_mask([6, 3, 4, 5, 2], 6)
         value = float(fn(leaf, advantages, mask))

@@ -44,7 +44,7 @@ def test_not_implemented_for_a_positional_value_is_a_skip(tmp_path):
     results = _results(path, ("masking",))
     several = results["masking.every_eos_id_counts"]
     assert several.status == "skip"
-    assert several.message == "completion_mask does not implement one EOS id only"
+    assert several.message == "completion_mask does not implement this input (one EOS id only)"
     assert all(r.status in ("pass", "skip") for r in results.values())
 
 

@@ -1,4 +1,5 @@
-"""The README's reference-implementation example runs and prints what the README says it prints."""
+"""The README's reference-implementation example runs and prints what the README says it prints,
+and the number of checks it states is the registry's."""
 
 import re
 from pathlib import Path
@@ -24,3 +25,12 @@ def test_reference_example_runs_and_its_advantages_comment_is_true():
     logps, advantages, mask = namespace["logps"], namespace["advantages"], namespace["mask"]
     expected_grad = -advantages.unsqueeze(1).expand_as(logps) / mask.sum()
     torch.testing.assert_close(logps.grad, expected_grad)
+
+
+def test_the_check_count_the_readme_states_is_the_registry_s():
+    from checker.checks import all_checks
+
+    text = README.read_text()
+    stated = re.search(r"runs a GRPO trainer through (\d+) small checks", text)
+    assert stated, "the README no longer states the number of checks"
+    assert int(stated[1]) == len(all_checks(()))

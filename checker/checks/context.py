@@ -53,8 +53,8 @@ class Context:
             # The candidate says it does not implement this case, whatever the case is (a
             # keyword value, or a positional one such as two EOS ids): not provided, not a bug.
             options = {k: v for k, v in passed.items() if k in DEFAULTS}
-            case = _kv(options) if options else _short(str(error)) or "this input"
-            why = f": {_short(str(error))}" if options and str(error) else ""
+            case = _kv(options) if options else "this input"
+            why = f" ({_short(str(error))})" if str(error) else ""
             raise Skip(f"{name} does not implement {case}{why}") from None
         except (ValueError, KeyError) as error:
             # A trainer that implements some conventions rejects the others the way TRL does

@@ -156,7 +156,8 @@ _EMPTY_ROW_CAUSE = {
 # (truncation masking, rejected rows), a convention where they cannot.
 _UNCLAMPED_ROW_CAUSE = (
     "a fully masked row divides by 0 (clamp the token count to >= 1; if your trainer never builds"
-    " a fully masked row, declare empty_rows: never)"
+    " one, every completion counting at least its EOS and none masked out whole, declare"
+    " empty_rows: never)"
 )
 
 

@@ -33,6 +33,8 @@ def _wrong_masks(ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> dict[str
         "the mask is built from ids != pad_id (breaks when pad == EOS; decide by position)": (
             ids != pad_id
         ).float(),
+        "the mask is ids != EOS (a pipeline that pads with EOS masking ids != pad_id): it drops"
+        " the EOS and keeps what follows it; decide by position": (~is_eos).float(),
         "only the first id of eos_token_ids is honoured (TRL honours every id)": reference_impl.completion_mask(
             ids, eos_ids[:1]
         ).float(),

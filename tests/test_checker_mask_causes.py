@@ -1,0 +1,30 @@
+"""A completion mask built as `ids != EOS` (a pipeline that pads with EOS and masks `ids !=
+pad_id`, as small from-scratch trainers do) is named as such, on completions with tokens after
+the EOS as well as on rows padded with EOS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from checker.candidate import resolve_target
+from checker.checks import all_checks
+from checker.sandbox import run_in_process
+
+MASK = """
+def completion_mask(completion_ids, eos_token_ids, mask_truncated_completions=False):
+    if len(eos_token_ids) != 1:
+        raise NotImplementedError("one EOS id only")
+    return (completion_ids != eos_token_ids[0]).long()  # pad == EOS: mask every pad
+"""
+
+
+def test_a_mask_of_ids_not_eos_is_named(tmp_path: Path):
+    (tmp_path / "candidate.py").write_text(MASK)
+    target = resolve_target(str(tmp_path / "candidate.py"))
+    results = {r.check: r for r in run_in_process(target, all_checks(("masking",)), 1234)}
+    for name in ("matches_reference_random", "eos_at_first_and_last_position"):
+        result = results[f"masking.{name}"]
+        assert result.status == "fail", result.message
+        assert "the mask is ids != EOS" in result.message, result.message
+    skipped = results["masking.every_eos_id_counts"]
+    assert skipped.message == "completion_mask does not implement this input (one EOS id only)"
