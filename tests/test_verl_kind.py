@@ -1,4 +1,5 @@
-"""`grpo-check verl` on the real verl 0.9.1 release, installed from the registry into the cache.
+"""`grpo-check verl` on the real verl 0.9.1 release, installed from the registry into the cache,
+and on the older lines users still run (0.6.1, 0.5.0, 0.4.1), whose APIs and conventions differ.
 
 verl is imported only in grpo-check's child processes, with `verl_environment()`'s PYTHONPATH
 (verl without its dependencies, plus the few packages `core_algos` imports), so the project's venv
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trl_releases import verl_environment
+from trl_releases import VERL_RELEASES, verl_environment
 
 pytestmark = pytest.mark.xdist_group("verl")
 
@@ -143,3 +144,48 @@ def test_verl_kind_takes_only_the_name_verl(tmp_path):
     result = run_grpo_check(dict(os.environ), tmp_path, str(tmp_path), "--kind", "verl")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+OLDER = [version for version in VERL_RELEASES if version != "0.9.1"]
+
+
+@pytest.fixture(scope="module", params=OLDER)
+def older(request, tmp_path_factory) -> tuple[str, dict[str, str], dict]:
+    """(version, environment, the stock report) of an older verl release."""
+    environment = verl_environment(request.param)
+    result = run_grpo_check(environment, tmp_path_factory.mktemp("verl"), "verl", "--json")
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    return request.param, environment, json.loads(result.stdout)
+
+
+def test_older_stock_verl_passes_every_check_that_runs(older):
+    """Each release is compared with what its own core_algos does: 0.4/0.5's policy loss without
+    ActorConfig, their unclamped row means (empty_rows: never), 0.6's dr_grpo mode that divides by T
+    alone (no verl mode stands for dr_grpo there, so it is skipped, not failed)."""
+    version, _, report = older
+    assert failing(report) == [], (version, failing(report))
+    ran = {r["stage"] for r in report["results"] if r["status"] == "pass"}
+    assert {"advantages", "ratio", "clipping", "kl", "loss_aggregation"} <= ran, (version, ran)
+    if version < "0.6":
+        empty = next(
+            r for r in report["results"] if r["check"].endswith("fully_masked_batch_is_zero")
+        )
+        assert empty["status"] == "skip" and "empty_rows: never" in empty["message"], empty
+
+
+def test_older_verl_mutant_is_detected(older, tmp_path):
+    """The low_var_kl sign flipped in a copy of the release's core_algos fails the kl stage."""
+    version, environment, _ = older
+    root = Path(environment["PYTHONPATH"].split(os.pathsep)[0])
+    shutil.copytree(root / "verl", tmp_path / "verl")
+    core_algos = tmp_path / CORE_ALGOS
+    text = core_algos.read_text()
+    find = "        ratio = torch.exp(kl)\n"
+    assert text.count(find) == 1, version
+    core_algos.write_text(text.replace(find, "        ratio = torch.exp(-kl)\n"))
+    paths = [str(tmp_path), *environment["PYTHONPATH"].split(os.pathsep)[1:]]
+    env = {**environment, "PYTHONPATH": os.pathsep.join(paths)}
+    result = run_grpo_check(env, tmp_path, "verl", "--json")
+    report = json.loads(result.stdout)
+    new = failing(report)
+    assert new and all(r["stage"] == "kl" for r in new), (version, new)

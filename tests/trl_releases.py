@@ -17,8 +17,9 @@ Rules:
   half-filled folder that later runs would trust;
 - the cache is `trl-releases/` in the project's cache (`$GRPO_SKILL_CACHE`, else
   `~/.cache/grpo-skill`, where the tiny models are cached too);
-- verl 0.9.1 is installed the same way (`verl_environment()`), next to only what
-  `verl.trainer.ppo.core_algos` and `verl.workers.config` need to import (see VERL_REQUEST);
+- verl (0.9.1 and the older lines of VERL_RELEASES) is installed the same way
+  (`verl_environment(version)`), next to only what `verl.trainer.ppo.core_algos` and
+  `verl.workers.config` need to import (see VERL_REQUEST);
 - when the package registry cannot be reached, the calling test is skipped with the pip error,
   not failed: the claims are about the releases, not about the network.
 """
@@ -81,8 +82,6 @@ def import_environment(version: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, import_paths(version)))}
 
 
-VERL = "verl==0.9.1"
-
 # What `from verl.trainer.ppo import core_algos` and `from verl.workers.config import ActorConfig`
 # import beyond the project's venv, found by importing verl 0.9.1 alone and adding each missing
 # module: Ray (`verl/__init__.py` imports `verl.protocol`, which imports ray at module level),
@@ -91,13 +90,28 @@ VERL = "verl==0.9.1"
 VERL_REQUEST = ("ray>=2.41.0", "tensordict>=0.8.0,<=0.10.0,!=0.9.0", "omegaconf", "codetiming")
 
 
-def verl_environment() -> dict[str, str]:
-    """`os.environ` plus the PYTHONPATH under which `import verl` gives verl 0.9.1.
+# The verl releases `grpo-check verl` is checked on: the current one and the lines users still run
+# (0.4/0.5 without `ActorConfig`, 0.6 before `agg_loss` took batch-wide normalisers).
+VERL_RELEASES = ("0.9.1", "0.6.1", "0.5.0", "0.4.1")
+
+
+def verl_environment(version: str = "0.9.1") -> dict[str, str]:
+    """`os.environ` plus the PYTHONPATH under which `import verl` gives verl `version`.
 
     verl itself is installed without dependencies; the few packages its core_algos imports are
-    resolved against the running environment (so torch and numpy come from the venv).
+    resolved against the running environment (so torch and numpy come from the venv), once for
+    every release (0.9.1's set serves 0.4-0.9). verl 0.6 also imports `AutoModelForVision2Seq`,
+    which transformers 5 dropped (so transformers 4 goes first), and 0.4 `pkg_resources`, which
+    setuptools 81 dropped.
     """
-    paths = [_install("verl-0.9.1", (VERL,)), _install_resolved("verl-0.9.1-deps", VERL_REQUEST)]
+    paths = [
+        _install(f"verl-{version}", (f"verl=={version}",)),
+        _install_resolved("verl-0.9.1-deps", VERL_REQUEST),
+    ]
+    if version.startswith("0.6."):
+        paths.insert(1, transformers4_path())
+    if version.startswith("0.4."):
+        paths.append(_install("setuptools-80", ("setuptools<81",)))
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
 
 
@@ -112,8 +126,12 @@ def prefetch() -> None:
     first = [functools.partial(releases.trl_release_path, version) for version in RELEASES]
     first += [
         releases.transformers4_path,
-        functools.partial(releases.install, "verl-0.9.1", (VERL,)),
         functools.partial(releases.install_resolved, "verl-0.9.1-deps", VERL_REQUEST),
+        functools.partial(releases.install, "setuptools-80", ("setuptools<81",)),
+    ]
+    first += [
+        functools.partial(releases.install, f"verl-{version}", (f"verl=={version}",))
+        for version in VERL_RELEASES
     ]
     # `requests` is needed only by releases that import it undeclared, which their source says.
     then = [functools.partial(releases.dependency_paths, version) for version in RELEASES]
