@@ -8,6 +8,8 @@ configured the same way. The vocabulary and the TRL defaults live in `reference_
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from checker.report import short  # noqa: F401 - checks word epsilons with it
@@ -134,6 +136,15 @@ def fit_epsilon(
         if float((values - epsilon).abs().max()) <= tolerance and epsilon > -tolerance:
             return placement, max(epsilon, 0.0)
     return None
+
+
+def snapped_epsilon(epsilon: float) -> float:
+    """A fitted epsilon as code writes it: the power of ten within 15% of it (a fit of 1e-8 from
+    float32 advantages reads 9.1e-9), else two significant digits."""
+    if epsilon <= 0:
+        return 0.0
+    decade = 10.0 ** round(math.log10(epsilon))
+    return decade if abs(epsilon - decade) <= 0.15 * decade else float(f"{epsilon:.2g}")
 
 
 def epsilon_words(placement: str, epsilon: float) -> str:

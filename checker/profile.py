@@ -88,6 +88,7 @@ def probe_advantages(candidate, profile: Profile) -> None:
         ):
             profile.set("scale_rewards", "none", "A equals r - baseline")
             _set_baseline(profile, baseline)
+            _fit_group_scaling(fn, rewards, seen, profile)
             break
     else:
         _fit_scaled_advantages(rewards, seen, profile)
@@ -101,6 +102,19 @@ def probe_advantages(candidate, profile: Profile) -> None:
         profile.set(
             "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
         )
+
+
+def _fit_group_scaling(fn, rewards, unscaled, profile: Profile) -> None:
+    """The std estimator and epsilon of a function whose own default does not scale (Dr. GRPO's
+    scale_rewards none) but which takes scale_rewards="group": the checks call it so too."""
+    if not _takes(fn, "scale_rewards"):
+        return
+    try:
+        scaled = fn(rewards.clone(), 4, scale_rewards="group").detach().double()
+    except (TypeError, ValueError, KeyError, NotImplementedError):
+        return
+    if not scaled.equal(unscaled):
+        _fit_scaled_advantages(rewards, scaled, profile)
 
 
 def _probe_ignored_scaling(fn, candidate, profile: Profile, rewards, seen) -> None:
@@ -142,7 +156,7 @@ def _fit_scaled_advantages(rewards, seen, profile: Profile) -> None:
             if fitted is None:
                 continue
             placement, epsilon = fitted
-            epsilon = float(f"{epsilon:.1g}")
+            epsilon = conventions.snapped_epsilon(epsilon)
             _set_baseline(profile, baseline)
             profile.set("std_estimator", estimator, "A = (r - baseline) / f(std) fits this std")
             if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
@@ -232,8 +246,11 @@ def probe_loss(candidate, profile: Profile) -> None:
                     conventions.aggregate(token_loss, mask, rule, empty_rows=empty_rows)
                 )
                 if abs(value - expected) <= 1e-5 * max(1.0, abs(expected)):
+                    named = (
+                        "token-mean (dapo's with this batch's tokens)" if rule == "bnpo" else rule
+                    )
                     for key, chosen in declared.items():
-                        profile.set(key, chosen, f"loss value equals the {rule} formula")
+                        profile.set(key, chosen, f"loss value equals the {named} formula")
                     if rule in conventions.ROW_MEAN_RULES and empty_row:
                         profile.set("empty_rows", empty_rows, "row count with one fully masked row")
                     if form == "reinforce":
@@ -582,7 +599,8 @@ def _probe_empty_batch(fn, profile: Profile) -> None:
 
 
 def probe_clipping(candidate, profile: Profile) -> None:
-    """The clip range, from which tokens get zero gradient at ratios 0.70..1.30."""
+    """The clip range, from which tokens get zero gradient at ratios 0.70..1.30 (steps of 1e-4,
+    so a bound such as 0.272 is read to its fourth decimal), then cispo's cap."""
     import inspect
 
     import torch
@@ -596,24 +614,50 @@ def probe_clipping(candidate, profile: Profile) -> None:
     parameters = inspect.signature(fn).parameters
     if "old_per_token_logps" not in parameters:
         return
-    ratios = torch.linspace(0.705, 1.295, 60)  # steps of 0.01 between the 2-decimal bounds
-    logps = -torch.rand(2, 60, generator=torch.Generator().manual_seed(1)) - 0.1
-    old = logps - ratios.log()
+    steps = 6000
+    # midway between the 4-decimal bounds: float32's error in exp(logp - old) is ~1e-7 of r
+    ratios = 0.70005 + 1e-4 * torch.arange(steps, dtype=torch.float64)
+    logps = -torch.rand(2, steps, generator=torch.Generator().manual_seed(1)) - 0.1
+    old = (logps.double() - ratios.log()).float()
     leaf = logps.clone().requires_grad_(True)
-    loss = fn(leaf, torch.tensor([1.0, -1.0]), torch.ones(2, 60), old_per_token_logps=old)
+    loss = fn(leaf, torch.tensor([1.0, -1.0]), torch.ones(2, steps), old_per_token_logps=old)
     (grad,) = torch.autograd.grad(loss, leaf)
     clipped_high = ratios[grad[0] == 0]
     clipped_low = ratios[grad[1] == 0]
     if not (len(clipped_high) and len(clipped_low)):
         profile.findings.append("clipping: some ratio in 0.7..1.3 should be clipped, none is")
         return
-    eps_high = round(float(clipped_high.min()) - 1.005, 2)
-    eps_low = round(0.995 - float(clipped_low.max()), 2)
+    eps_high = round(float(clipped_high.min()) - 1.00005, 4)
+    eps_low = round(0.99995 - float(clipped_low.max()), 4)
     profile.set("epsilon_low", eps_low, "largest A < 0 ratio with zero gradient")
     if "epsilon_high" not in parameters and not _takes_kwargs(parameters):
         profile.set("clipping", "symmetric", "compute_loss takes no epsilon_high")
     elif eps_high != eps_low:
         profile.set("epsilon_high", eps_high, "smallest A > 0 ratio with zero gradient")
+    takes = {**candidate.supported, **profile.supported}.get("loss_type", ["cispo"])
+    if "epsilon_high" in parameters and "cispo" in takes:
+        _probe_cispo_cap(fn, profile)
+
+
+def _probe_cispo_cap(fn, profile: Profile) -> None:
+    """cispo_cap from the weights cispo gives tokens at ratios 5.5 and 8 with epsilon_high = 5:
+    5 and 5 (capped at epsilon_high, TRL), or 5.5 and 6 (capped at 1 + epsilon_high). A PPO
+    clip in its place gives 5.5 and 0 (a loss that ignores loss_type): nothing is set."""
+    import torch
+
+    logps = -torch.rand(1, 3, generator=torch.Generator().manual_seed(2)) - 0.1
+    ratios = torch.tensor([[1.5, 5.5, 8.0]])
+    options = {"loss_type": "cispo", "epsilon_high": 5.0}
+    mask, advantages = torch.ones(1, 3), torch.tensor([1.0])
+    on = _loss_and_grad(fn, logps, advantages, mask, **options)
+    off = _loss_and_grad(
+        fn, logps, advantages, mask, old_per_token_logps=logps - ratios.log(), **options
+    )
+    if on is None or off is None or not on[1].all():
+        return  # no cispo, or no gradient to compare weights with
+    weights = (off[1] / on[1])[0].tolist()
+    if all(abs(w - e) < 1e-3 for w, e in zip(weights, (1.5, 5.5, 6.0), strict=True)):
+        profile.set("cispo_cap", "one_plus_epsilon_high", "cispo weights 5.5, 6 at r = 5.5, 8")
 
 
 def _takes_kwargs(parameters) -> bool:

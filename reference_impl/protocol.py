@@ -137,6 +137,11 @@ KL_PLACEMENTS = ("loss", "reward")
 # -A * exp(logp - sg(logp)), old log-probs and epsilon unused (torchtune's GRPOSimpleLoss), equal
 # to the surrogate in value and gradient at one update per generation, with no trust region after.
 POLICY_LOSSES = ("clipped", "reinforce", "on_policy")
+# Where cispo caps its detached importance weight: at epsilon_high itself (TRL gt:L3110, which
+# recommends 5.0), or at 1 + epsilon_high, an offset from 1 like the clip band's epsilons
+# (MiniMax-M1 arXiv:2506.13585 writes clip(r, 1 - eps_low, 1 + eps_high); verl's
+# clip_ratio_high and open-instruct's clip_higher are read so).
+CISPO_CAPS = ("epsilon_high", "one_plus_epsilon_high")
 # Whether the clip range can be asymmetric (epsilon_high != epsilon_low) or is one epsilon only.
 CLIPPING_FORMS = ("asymmetric", "symmetric")
 # What the bias-corrected KL (`use_bias_correction_kl`) is multiplied by: the unclipped ratio
@@ -197,6 +202,7 @@ DEFAULTS: dict[str, object] = {
     "kl_weight": "ratio",
     "policy_loss": "clipped",
     "clipping": "asymmetric",
+    "cispo_cap": "epsilon_high",
     "zero_grad": "before_backward",
 }
 
@@ -218,5 +224,6 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "kl_weight": KL_WEIGHTS,
     "policy_loss": POLICY_LOSSES,
     "clipping": CLIPPING_FORMS,
+    "cispo_cap": CISPO_CAPS,
     "zero_grad": ZERO_GRAD_PLACEMENTS,
 }

@@ -189,7 +189,7 @@ def sequence_level_clips_whole_rows(ctx: Context) -> None:
 
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
-    """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (the cap is eps_high itself, not 1 + eps_high)."""
+    """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (TRL: the cap is eps_high itself; sg(min(r, 6)) under cispo_cap: one_plus_epsilon_high)."""
     skip_without_ratio(ctx, " to clip")
     if ctx.config["clipping"] == "symmetric":
         raise Skip("clipping: symmetric (one epsilon: no epsilon_high to cap cispo's weight with)")
@@ -200,16 +200,23 @@ def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
     _, grad_off = loss_and_grad(ctx, logps, advantages, mask, old_per_token_logps=old, **options)
     ratio, keep = gradient_ratio(grad_off, grad_on, mask)
     r = torch.tensor(ratios, dtype=torch.float64).expand(2, -1)[keep]
+    offset = ctx.config["cispo_cap"] == "one_plus_epsilon_high"
+    cap, other = (6.0, 5.0) if offset else (5.0, 6.0)
+    other_cap = (
+        "the cispo cap is epsilon_high itself (TRL, gt:L3110), not 1 + epsilon_high as declared"
+        if offset
+        else "the cispo cap is 1 + epsilon_high, not epsilon_high itself as TRL caps it"
+        " (gt:L3110); MiniMax-M1's, verl's and open-instruct's form: if intended, declare"
+        " cispo_cap: one_plus_epsilon_high"
+    )
     assert_close(
         ratio,
-        r.clamp(max=5.0),
+        r.clamp(max=cap),
         atol=1e-6,
         rtol=1e-4,
-        what="cispo weights min(r, 5)",
+        what=f"cispo weights min(r, {cap:g})",
         causes={
-            "the cispo cap is 1 + epsilon_high, not epsilon_high (MiniMax-M1; gt:L3110)": r.clamp(
-                max=6.0
-            ),
+            other_cap: r.clamp(max=other),
             "the cispo weight is not capped": r,
             "the cispo cap is 1 + epsilon_low": r.clamp(max=1.2),
         },

@@ -1,0 +1,91 @@
+"""cispo's cap read as an offset from 1, as MiniMax-M1 writes it and verl and open-instruct
+implement it (`clamp(r, max=1 + clip_higher)`): undeclared, the clipping check names the
+declaration; declared `cispo_cap: one_plus_epsilon_high`, it passes; `profile` measures it; a
+cap at epsilon_high declared as the offset form still fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from checker.candidate import resolve_target
+from checker.checks import all_checks
+from checker.sandbox import run_in_process
+
+GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
+CHECK = "clipping.cispo_caps_weight_at_epsilon_high"
+
+LOSS = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    if loss_type == "cispo":
+        token = -torch.clamp(ratio.detach(), max=CAP) * a * per_token_logps
+    elif loss_type == "dapo":
+        clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+        token = -torch.min(ratio * a, clipped * a)
+    else:
+        raise ValueError(f"unknown loss_type {loss_type}")
+    return (token * mask).sum() / mask.sum().clamp(min=1)
+"""
+
+
+def _write(folder: Path, cap: str, config: str = "") -> Path:
+    (folder / "candidate.py").write_text(LOSS.replace("CAP", cap))
+    text = "path: candidate.py\nconfig:\n  epsilon_high: 0.28\n" + config
+    (folder / "candidate.yaml").write_text(text)
+    return folder / "candidate.yaml"
+
+
+def _result(path: Path):
+    target = resolve_target(str(path))
+    results = run_in_process(target, all_checks(("clipping",)), 1234)
+    return next(r for r in results if r.check == CHECK)
+
+
+def test_the_offset_cap_undeclared_names_the_declaration(tmp_path):
+    result = _result(_write(tmp_path, "1 + epsilon_high"))
+    assert result.status == "fail", result.message
+    assert "declare cispo_cap: one_plus_epsilon_high" in result.message
+
+
+def test_the_offset_cap_declared_passes(tmp_path):
+    config = "  cispo_cap: one_plus_epsilon_high\n"
+    result = _result(_write(tmp_path, "1 + epsilon_high", config))
+    assert result.status == "pass", result.message
+
+
+def test_trl_s_cap_declared_as_the_offset_fails(tmp_path):
+    config = "  cispo_cap: one_plus_epsilon_high\n"
+    result = _result(_write(tmp_path, "epsilon_high", config))
+    assert result.status == "fail", result.message
+    assert "epsilon_high itself (TRL" in result.message
+
+
+def test_profile_measures_the_cap_and_the_bound_to_four_decimals(tmp_path):
+    """An epsilon_high of 0.272 (open-instruct's clip_higher) is written as 0.272, not 0.27."""
+    _write(tmp_path, "1 + epsilon_high")
+    source = (
+        (tmp_path / "candidate.py").read_text().replace("epsilon_high=0.28", "epsilon_high=0.272")
+    )
+    (tmp_path / "candidate.py").write_text(source)
+    written = tmp_path / "cfg.yaml"
+    done = subprocess.run(
+        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert written.exists(), done.stdout + done.stderr
+    config = yaml.safe_load(written.read_text())["config"]
+    assert config["cispo_cap"] == "one_plus_epsilon_high", config
+    assert config["epsilon_high"] == 0.272, config
