@@ -124,8 +124,7 @@ KL_ESTIMATORS = ("k3", "k1", "k2", "mse", "low_var_kl", "abs")
 # How the per-token KL is aggregated when it is in the loss: None, token by token inside the
 # policy term's aggregation (TRL gt:L3101-3110; verl's agg_loss with the policy's loss_agg_mode),
 # or by a verl aggregation rule of its own, added apart from the policy term (OpenRLHF's
-# `kl_loss = masked_mean(kl, action_mask)`, a token mean beside a per-sequence GSPO term; many
-# forks' `masked_mean(kld, response_mask)` beside a seq-mean policy loss).
+# `kl_loss = masked_mean(kl, action_mask)`, a token mean beside a per-sequence GSPO term).
 KL_AGGREGATIONS = (None, *LOSS_AGG_MODES)
 # Where the KL penalty goes: a per-token term of the loss (TRL, verl `use_kl_loss`), or a
 # detached penalty on the reward (verl `use_kl_in_reward`, OpenRLHF), which the loss never sees.
