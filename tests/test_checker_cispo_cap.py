@@ -5,17 +5,10 @@ cap at epsilon_high declared as the offset form still fails."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+from candidate_support import check_results, profiled
 
-from checker.candidate import resolve_target
-from checker.checks import all_checks
-from checker.sandbox import run_in_process
-
-GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
 CHECK = "clipping.cispo_caps_weight_at_epsilon_high"
 
 LOSS = """
@@ -46,9 +39,7 @@ def _write(folder: Path, cap: str, config: str = "") -> Path:
 
 
 def _result(path: Path):
-    target = resolve_target(str(path))
-    results = run_in_process(target, all_checks(("clipping",)), 1234)
-    return next(r for r in results if r.check == CHECK)
+    return check_results(path, ("clipping",))[CHECK]
 
 
 def test_the_offset_cap_undeclared_names_the_declaration(tmp_path):
@@ -77,15 +68,6 @@ def test_profile_measures_the_cap_and_the_bound_to_four_decimals(tmp_path):
         (tmp_path / "candidate.py").read_text().replace("epsilon_high=0.28", "epsilon_high=0.272")
     )
     (tmp_path / "candidate.py").write_text(source)
-    written = tmp_path / "cfg.yaml"
-    done = subprocess.run(
-        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert written.exists(), done.stdout + done.stderr
-    config = yaml.safe_load(written.read_text())["config"]
+    config = profiled(tmp_path)["config"]
     assert config["cispo_cap"] == "one_plus_epsilon_high", config
     assert config["epsilon_high"] == 0.272, config

@@ -7,20 +7,11 @@ finding that says so and still measures the aggregation.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import yaml
-
-from checker.candidate import resolve_target
-from checker.checks import all_checks
-from checker.sandbox import run_in_process
-
-SEED = 1234
-GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
+from candidate_support import check_results, json_report, profiled
 
 # A per-sequence mean (loss_type grpo) with the row's token count unclamped.
 LOSS = """
@@ -46,8 +37,7 @@ def _write(folder: Path, row_count: str = UNCLAMPED, config: str = "") -> Path:
 
 
 def _results(path: Path) -> dict:
-    target = resolve_target(str(path))
-    return {r.check: r for r in run_in_process(target, all_checks(("loss_aggregation",)), SEED)}
+    return check_results(path, ("loss_aggregation",))
 
 
 def test_undeclared_the_failure_names_the_declaration(tmp_path):
@@ -76,16 +66,7 @@ def test_declared_never_a_wrong_row_count_still_fails(tmp_path):
 def test_profile_reports_the_finding_and_still_measures_the_aggregation(tmp_path):
     _write(tmp_path)
     (tmp_path / "candidate.yaml").unlink()
-    written = tmp_path / "cfg.yaml"
-    done = subprocess.run(
-        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert written.exists(), done.stdout + done.stderr
-    document = yaml.safe_load(written.read_text())
+    document = profiled(tmp_path)
     assert document["config"]["loss_type"] == "grpo", document
     assert "empty_rows" not in document["config"], document
     findings = document["findings"]
@@ -99,28 +80,13 @@ def test_declaring_what_the_finding_names_settles_it(tmp_path):
     settled and the loss_aggregation stage has no failure; without the declaration it fails."""
     _write(tmp_path)
     (tmp_path / "candidate.yaml").unlink()
-    written = tmp_path / "cfg.yaml"
-    subprocess.run(
-        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    document = yaml.safe_load(written.read_text())
+    document = profiled(tmp_path)
 
     def finding_status(config_extra: dict) -> tuple[str, list]:
         (tmp_path / "run.yaml").write_text(
             yaml.safe_dump({**document, "config": {**document["config"], **config_extra}})
         )
-        done = subprocess.run(
-            [GRPO_CHECK, "run.yaml", "--stage", "loss_aggregation", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=tmp_path,
-        )
-        results = json.loads(done.stdout)["results"]
+        results = json_report(tmp_path, "run.yaml", "--stage", "loss_aggregation")["results"]
         (finding,) = [r for r in results if r["check"].endswith("profile_finding")]
         failing = [r["check"] for r in results if r["status"] in ("fail", "error")]
         return finding["status"], failing

@@ -7,23 +7,15 @@ declared still fails.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from candidate_support import check_results, json_report, profiled
 
 from checker import conventions
 from checker.candidate import TargetError, resolve_target
-from checker.checks import all_checks
-from checker.sandbox import run_in_process
-
-SEED = 1234
-GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
 
 # The policy term is a mean of row means (loss_type grpo); the KL, `KL_MEAN`, is added after.
 LOSS = """
@@ -59,8 +51,7 @@ def _write(folder: Path, kl_mean: str = TOKEN_MEAN, config: str = "") -> Path:
 
 
 def _kl_results(path: Path) -> dict:
-    target = resolve_target(str(path))
-    return {r.check: r for r in run_in_process(target, all_checks(("kl",)), SEED)}
+    return check_results(path, ("kl",))
 
 
 def test_undeclared_the_gradient_check_names_the_declaration(tmp_path):
@@ -106,25 +97,9 @@ def test_a_kl_aggregated_otherwise_than_declared_fails(tmp_path):
 def test_profile_writes_the_kl_aggregation_and_the_written_yaml_passes(tmp_path):
     _write(tmp_path)
     (tmp_path / "candidate.yaml").unlink()
-    written = tmp_path / "cfg.yaml"
-    done = subprocess.run(
-        [GRPO_CHECK, "profile", "candidate.py", "--write", str(written)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert written.exists(), done.stdout + done.stderr
-    document = yaml.safe_load(written.read_text())
+    document = profiled(tmp_path)
     assert document["config"]["kl_aggregation"] == "token-mean", document
-    done = subprocess.run(
-        [GRPO_CHECK, str(written), "--stage", "kl", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    report = json.loads(done.stdout)
+    report = json_report(tmp_path, "cfg.yaml", "--stage", "kl")
     bad = [r for r in report["results"] if r["status"] in ("fail", "error")]
     assert not bad, bad
     assert report["summary"]["pass"] >= 3

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checker.candidate import resolve_target
-from checker.checks import all_checks
-from checker.sandbox import run_in_process
+from candidate_support import check_results
 
 MASK = """
 def completion_mask(completion_ids, eos_token_ids, mask_truncated_completions=False):
@@ -20,8 +18,7 @@ def completion_mask(completion_ids, eos_token_ids, mask_truncated_completions=Fa
 
 def test_a_mask_of_ids_not_eos_is_named(tmp_path: Path):
     (tmp_path / "candidate.py").write_text(MASK)
-    target = resolve_target(str(tmp_path / "candidate.py"))
-    results = {r.check: r for r in run_in_process(target, all_checks(("masking",)), 1234)}
+    results = check_results(tmp_path / "candidate.py", ("masking",))
     for name in ("matches_reference_random", "eos_at_first_and_last_position"):
         result = results[f"masking.{name}"]
         assert result.status == "fail", result.message
