@@ -589,12 +589,15 @@ def _kl_aggregation(mask, weights, per_weight, slopes: tuple[float, float]) -> s
 def _probe_empty_batch(fn, profile: Profile) -> None:
     import torch
 
-    empty = fn(-torch.rand(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
+    try:
+        empty = fn(-torch.rand(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
+    except ZeroDivisionError:  # the same 0 / 0, in Python's arithmetic on a counted int
+        empty = float("nan")
     if not torch.isfinite(torch.as_tensor(empty)).all():
         profile.findings.append(
-            "loss_aggregation: a batch whose every token is masked gives a NaN loss (divides by"
-            " 0; TRL clamps the count to >= 1 from 1.9.2, verl's token-mean does not): if"
-            " intended, declare empty_batch_normaliser: unclamped"
+            "loss_aggregation: a batch whose every token is masked gives a NaN loss or a"
+            " ZeroDivisionError (divides by 0; TRL clamps the count to >= 1 from 1.9.2, verl's"
+            " token-mean does not): if intended, declare empty_batch_normaliser: unclamped"
         )
 
 
@@ -625,7 +628,11 @@ def probe_clipping(candidate, profile: Profile) -> None:
     clipped_high = ratios[grad[0] == 0]
     clipped_low = ratios[grad[1] == 0]
     if not (len(clipped_high) and len(clipped_low)):
-        profile.findings.append("clipping: some ratio in 0.7..1.3 should be clipped, none is")
+        profile.findings.append(
+            "clipping: no PPO ratio band: no ratio in 0.7..1.3 has its gradient clipped for"
+            f" A {'> 0' if not len(clipped_high) else '< 0'}; a trust region of another form"
+            " (DPPO's band on probability differences, say) is declared custom: {clipping: <why>}"
+        )
         return
     eps_high = round(float(clipped_high.min()) - 1.00005, 4)
     eps_low = round(0.99995 - float(clipped_low.max()), 4)
@@ -916,8 +923,9 @@ _SUGGESTED = re.compile(r"declare (\w+): (\S+)$")
 
 def finding_results(spec, stages: tuple[str, ...] = ()) -> list:
     """The YAML's `findings:` as failing results, one per finding, under the stage it names: a
-    limitation profile measured stays in the report until the user removes it from the file, or
-    declares the convention the finding itself suggests (then it is skipped, saying so)."""
+    limitation profile measured stays in the report until the user removes it from the file,
+    declares the convention the finding itself suggests, or declares its stage `custom` (then it
+    is skipped, saying so)."""
     from checker.checks import CheckResult
     from reference_impl.protocol import STAGES
 
@@ -931,6 +939,9 @@ def finding_results(spec, stages: tuple[str, ...] = ()) -> list:
         suggested = _SUGGESTED.search(finding)
         if suggested and str(spec.config.get(suggested[1])) == suggested[2]:
             message = f"profile finding settled by the declared {suggested[1]}: {suggested[2]}"
+            status = "skip"
+        elif stage in spec.custom:
+            message = f"profile finding on a stage declared custom ({spec.custom[stage]})"
             status = "skip"
         else:
             message = f"profile finding kept in {spec.target}: {finding}"

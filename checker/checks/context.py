@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import os
+import traceback
 
 import torch
 
+import checker
 import reference_impl
 from checker import conventions
 from checker.candidate import Candidate
@@ -68,7 +71,11 @@ class Context:
             raise CandidateError(f"{name} raised {type(error).__name__}: {text}", name) from None
         except (Exception, SystemExit) as error:  # noqa: BLE001 - anything the candidate raises
             text = " ".join(str(error).split())[:200]
-            raise CandidateError(f"{name} raised {type(error).__name__}: {text}", name) from None
+            where = raising_line(error, self.candidate.spec.cwd)
+            at = f" (raised at {where})" if where else ""
+            raise CandidateError(
+                f"{name} raised {type(error).__name__}: {text}{at}", name
+            ) from None
         for index, (value, snapshot) in enumerate(
             zip((*args, *passed.values()), before, strict=True)
         ):
@@ -245,9 +252,47 @@ def generic_cause(seen: torch.Tensor, expected: torch.Tensor) -> str:
     if torch.allclose(seen[keep], -expected[keep], rtol=1e-4, atol=1e-7):
         return "the sign is flipped"
     ratio = seen[keep] / expected[keep]
-    if ratio.numel() > 1 and torch.allclose(ratio, ratio.mean().expand_as(ratio), rtol=1e-3):
-        return f"off by a constant factor {fmt(float(ratio.mean()))}: a scale or normaliser differs"
+    factor = ratio.mean()
+    spread = float((ratio - factor).abs().max())
+    # a factor only where every element shares it, well apart from 1 (an additive term of a
+    # few 1e-4, different per element, is not a scale)
+    if (
+        ratio.numel() > 1
+        and spread <= 1e-3 * float(factor.abs())
+        and spread < 0.1 * abs(float(factor) - 1)
+    ):
+        return f"off by a constant factor {fmt(float(factor))}: a scale or normaliser differs"
     return ""
+
+
+# Folders whose frames are never the candidate's own: this package, torch, the standard library
+# (but not the site-packages below it, where an installed TRL is the candidate).
+_CHECKER, _TORCH, _STDLIB = (
+    os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (checker, torch, os)
+)
+
+
+def _candidate_frame(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if path.startswith((_CHECKER, _TORCH)):
+        return False
+    return not path.startswith(_STDLIB) or "-packages" + os.sep in path
+
+
+def raising_line(error: BaseException, cwd: str) -> str:
+    """`path:line` of the innermost frame of the candidate's code (not torch's, the standard
+    library's or the checker's) in `error`'s traceback, relative to `cwd` when inside it."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if _candidate_frame(frame.filename)
+    ]
+    if not frames:
+        return ""
+    file = os.path.abspath(frames[-1].filename)
+    if file.startswith(os.path.abspath(cwd) + os.sep):
+        file = os.path.relpath(file, cwd)
+    return f"{file}:{frames[-1].lineno}"
 
 
 def _snapshot(value):

@@ -235,34 +235,36 @@ def sapo_gradient_matches_formula(ctx: Context) -> None:
     )
 
 
+def _loss_with_old_and_ref(ctx: Context, logps, old, ref, mask):
+    """The loss and gradient with old and reference log-probs (beta 0.1), or with as many of
+    them as the loss takes: one with no KL term takes no reference, and a REINFORCE-form loss
+    no old log-probs either (it is then called on policy)."""
+    level = {"importance_sampling_level": "token"}
+    for kwargs in (
+        {"old_per_token_logps": old, "ref_per_token_logps": ref, "beta": 0.1, **level},
+        {"old_per_token_logps": old, **level},
+    ):
+        try:
+            return loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kwargs)
+        except Skip:
+            continue
+    return loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask)
+
+
 @check("loss_aggregation", "compute_loss")
 def masked_entries_are_ignored(ctx: Context) -> None:
-    """Setting masked log-probs, old and reference log-probs to other finite values changes neither loss nor gradient."""
+    """Setting masked log-probs, old and reference log-probs to other finite values changes neither loss nor gradient (old and reference log-probs only where the loss takes them)."""
     logps, mask = batch(ctx, [6, 3, 5, 2])
     old = logps - (ctx.rand(*logps.shape) - 0.5) * 0.2
     ref = logps + (ctx.rand(*logps.shape) - 0.5)
     masked = ~mask.bool()
-    options = {"importance_sampling_level": "token", "beta": 0.1}
-    value, grad = loss_and_grad(
+    value, grad = _loss_with_old_and_ref(ctx, logps, old, ref, mask)
+    value2, grad2 = _loss_with_old_and_ref(
         ctx,
-        logps,
-        NEGATIVE_ADVANTAGES,
+        logps.where(~masked, torch.tensor(-7.5)),
+        old.where(~masked, torch.tensor(-0.05)),
+        ref.where(~masked, torch.tensor(-3.0)),
         mask,
-        old_per_token_logps=old,
-        ref_per_token_logps=ref,
-        **options,
-    )
-    noisy = logps.where(~masked, torch.tensor(-7.5))
-    noisy_old = old.where(~masked, torch.tensor(-0.05))
-    noisy_ref = ref.where(~masked, torch.tensor(-3.0))
-    value2, grad2 = loss_and_grad(
-        ctx,
-        noisy,
-        NEGATIVE_ADVANTAGES,
-        mask,
-        old_per_token_logps=noisy_old,
-        ref_per_token_logps=noisy_ref,
-        **options,
     )
     cause = "masked tokens leak into the loss: multiply by the mask before summing"
     assert_close(
