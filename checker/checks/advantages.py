@@ -120,13 +120,17 @@ def epsilon_cause(rewards: torch.Tensor, G: int, seen: torch.Tensor, config: dic
             if same:
                 return ""
             seen_words = conventions.epsilon_words(placement, epsilon)
+            value = conventions.short(epsilon)
+            if epsilon < floor:  # too small to read here: name the bound, not the noise
+                seen_words = f"under {conventions.short(floor)} (too small to read here)"
+                value = "the one your code adds"
             cause = (
                 f"the advantage epsilon is {seen_words}, not {conventions.epsilon_words(*declared)}"
             )
             if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
                 return f"{cause}: a bug (it flattens every advantage)"
             return (
-                f"{cause}; if intended, declare advantage_epsilon: {conventions.short(epsilon)}"
+                f"{cause}; if intended, declare advantage_epsilon: {value}"
                 f" and advantage_epsilon_placement: {placement}"
             )
         fits = {"baseline": baseline, "std_estimator": estimator}
