@@ -17,6 +17,20 @@ from checker.sandbox import run_in_process
 GRPO_CHECK = str(Path(sys.executable).parent / "grpo-check")
 SEED = 1234
 
+# The head of a `compute_loss` with PPO's symmetric clipped surrogate and no KL term: a test
+# appends the `return` that aggregates `token` over `mask` its own way.
+CLIPPED_LOSS_HEAD = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 epsilon_low=0.2):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
+"""
+
 
 def check_results(target: Path, stages: tuple[str, ...]) -> dict[str, CheckResult]:
     """The results of `stages`' checks on `target` (a .py or .yaml), by check name."""

@@ -11,21 +11,10 @@ import textwrap
 from pathlib import Path
 
 import yaml
-from candidate_support import check_results, json_report, profiled
+from candidate_support import CLIPPED_LOSS_HEAD, check_results, json_report, profiled
 
 # A per-sequence mean (loss_type grpo) with the row's token count unclamped.
-LOSS = """
-import torch
-
-def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
-                 epsilon_low=0.2):
-    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
-    mask = completion_mask.float()
-    ratio = torch.exp(per_token_logps - old)
-    a = advantages.unsqueeze(1)
-    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
-    return ((token * mask).sum(1) / ROW_COUNT).mean()
-"""
+LOSS = CLIPPED_LOSS_HEAD + "    return ((token * mask).sum(1) / ROW_COUNT).mean()\n"
 UNCLAMPED = "mask.sum(1)"
 
 

@@ -9,23 +9,12 @@ import textwrap
 from pathlib import Path
 
 import torch
-from candidate_support import check_results, json_report
+from candidate_support import CLIPPED_LOSS_HEAD, check_results, json_report
 
 from checker.checks.context import generic_cause
 
 # A clipped token-mean loss with no KL term: it takes no reference log-probs.
-LOSS = """
-import torch
-
-def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
-                 epsilon_low=0.2):
-    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
-    mask = completion_mask.float()
-    ratio = torch.exp(per_token_logps - old)
-    a = advantages.unsqueeze(1)
-    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
-    return (token * MASKED).sum() / mask.sum().clamp(min=1)
-"""
+LOSS = CLIPPED_LOSS_HEAD + "    return (token * MASKED).sum() / mask.sum().clamp(min=1)\n"
 
 
 def _write(folder: Path, masked: str) -> Path:
