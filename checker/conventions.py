@@ -95,14 +95,32 @@ def advantages(
     rewards: torch.Tensor, num_generations: int, config: dict, scale_rewards: str | None = None
 ) -> torch.Tensor:
     """TRL's advantages (gt:L2777-2810) with the candidate's baseline, std estimator, epsilon and
-    placement; computed in float64 from the float32 rewards, returned in the rewards' dtype."""
+    placement, and zero for a group whose rewards span less than `min_reward_span`; computed in
+    float64 from the float32 rewards, returned in the rewards' dtype."""
     centred, divisor = advantage_parts(rewards, num_generations, config, scale_rewards)
-    return torch.nan_to_num(centred / divisor, nan=0.0).to(rewards.dtype)
+    values = torch.nan_to_num(centred / divisor, nan=0.0)
+    dropped = reward_spans(rewards, num_generations) < float(config["min_reward_span"])
+    values = values.masked_fill(dropped.repeat_interleave(num_generations), 0.0)
+    return values.to(rewards.dtype)
+
+
+def reward_spans(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Each group's max - min reward over the members that scored (NaN left out), in float64."""
+    grouped = rewards.double().view(-1, num_generations)
+    highest = grouped.nan_to_num(nan=-math.inf).max(1).values
+    lowest = grouped.nan_to_num(nan=math.inf).min(1).values
+    return (highest - lowest).nan_to_num(nan=0.0, neginf=0.0, posinf=0.0)
 
 
 def is_trl_advantage(config: dict) -> bool:
     """True when the candidate's advantage conventions are TRL's, so reference_impl serves."""
-    keys = ("advantage_epsilon", "advantage_epsilon_placement", "baseline", "std_estimator")
+    keys = (
+        "advantage_epsilon",
+        "advantage_epsilon_placement",
+        "baseline",
+        "std_estimator",
+        "min_reward_span",
+    )
     return all(config[k] == DEFAULTS[k] for k in keys)
 
 

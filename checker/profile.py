@@ -80,6 +80,11 @@ def probe_advantages(candidate, profile: Profile) -> None:
         return
     # Small spreads near 0: fp32 then resolves epsilons down to ~1e-9 of a 1e-3 std.
     rewards = torch.tensor([0, 1e-3, 3e-3, 2.5e-3, 0, 2e-3, 1e-3, 4e-3, 5e-4, 1e-3, 0, 2e-3])
+    threshold = _reward_span_threshold(fn)
+    if threshold is not None:
+        how = f"groups spanning under {threshold:g} get zero advantages"
+        profile.set("min_reward_span", threshold, how)
+        rewards = rewards * (10 * threshold / 2e-3)  # every group spans 10x the threshold
     seen = fn(rewards.clone(), 4).detach().double()
     for baseline in ("mean", "leave_one_out"):
         config = {**DEFAULTS, "baseline": baseline}
@@ -102,6 +107,34 @@ def probe_advantages(candidate, profile: Profile) -> None:
         profile.set(
             "nan_rewards", "never", "a NaN reward gives NaN advantages: rewards must never be NaN"
         )
+
+
+def _reward_span_threshold(fn) -> float | None:
+    """The spread (max - min) under which a group gets zero advantages, as if dropped
+    (simple_GRPO's 0.01), from groups [0, s, s/2, s/4] with s from 1e-5 to 1; None when every
+    group is trained on, or when the zero groups are not those below one spread."""
+    import torch
+
+    spans = torch.logspace(-5, 0, 101)
+    rewards = torch.stack([torch.zeros_like(spans), spans, spans / 2, spans / 4], 1).reshape(-1)
+    seen = fn(rewards.clone(), 4).detach().double().view(-1, 4)
+    zero = (seen.abs() < 1e-12).all(1)
+    if not zero.any() or zero.all():
+        return None
+    below, above = float(spans[zero].max()), float(spans[~zero].min())
+    if below >= above:
+        return None
+    return _round_between(below, above)
+
+
+def _round_between(low: float, high: float) -> float:
+    """The roundest number in (low, high]: 1, 2, 2.5 or 5 times a power of ten, else `high`."""
+    for exponent in range(-6, 2):
+        for mantissa in (1, 2, 2.5, 5):
+            value = mantissa * 10.0**exponent
+            if low < value <= high * (1 + 1e-6):
+                return value
+    return high
 
 
 def _fit_group_scaling(fn, rewards, unscaled, profile: Profile) -> None:

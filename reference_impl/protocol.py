@@ -91,6 +91,10 @@ ADVANTAGE_BASELINES = ("mean", "leave_one_out")
 # Bessel std of the G - 1 other members (NeMo-RL), 0 when they are all equal, and then the centred
 # reward is not divided (NeMo-RL: "don't sharpen the ones with no variation").
 STD_ESTIMATORS = ("bessel", "population", "leave_one_out")
+# The smallest spread of rewards (max - min) a group needs to be trained on: a group below it
+# gets zero advantages, as if dropped (simple_GRPO skips a group whose rewards span < 0.01; DAPO's
+# dynamic sampling drops groups whose accuracy is all 0 or all 1, span 0, which TRL's formula
+# already maps to 0). 0 drops nothing (TRL).
 # NaN rewards (a reward function that returned None): left out of the statistics (TRL 1.6+), a
 # row with no reward counted as 0 (TRL before 1.6), or never produced because failed scores
 # become 0 upstream (verl, most from-scratch trainers).
@@ -187,6 +191,7 @@ DEFAULTS: dict[str, object] = {
     "advantage_epsilon_placement": "std",
     "baseline": "mean",
     "std_estimator": "bessel",
+    "min_reward_span": 0.0,
     "nan_rewards": "excluded",
     "empty_rows": "counted",
     "empty_batch_normaliser": "clamped",

@@ -74,6 +74,16 @@ def wrong_advantages(
             "the baseline and the std are both leave-one-out (NeMo-RL's default); declare"
             " baseline: leave_one_out and std_estimator: leave_one_out if intended"
         ] = variant(baseline="leave_one_out", std_estimator="leave_one_out")
+    # A group dropped for a small spread (simple_GRPO's span < 0.01): each small span seen,
+    # taken as the threshold that drops it and every smaller one.
+    spans = conventions.reward_spans(rewards, G)
+    for span in sorted({float(v) for v in spans if 0 < v < 0.1}):
+        if span >= float(config["min_reward_span"]):
+            variants[
+                f"groups whose rewards span {conventions.short(span)} or less get zero advantage,"
+                " as if dropped (simple_GRPO drops a group below 0.01); if intended, declare"
+                " min_reward_span: <your threshold>"
+            ] = variant(min_reward_span=span * (1 + 1e-9))
     own_centred = variant("none")
     _, divisor = conventions.advantage_parts(rewards, G, config, mode)
     batch_mean = rewards.double() - torch.nanmean(rewards.double())
@@ -305,6 +315,8 @@ def lone_member_and_unrepresentable_rewards(ctx: Context) -> None:
     seen = _advantages(ctx, rewards, G).double()
     centred, divisor = conventions.advantage_parts(rewards, G, ctx.config)
     expected = (centred / divisor).nan_to_num(0.0)
+    dropped = conventions.reward_spans(rewards, G) < float(ctx.config["min_reward_span"])
+    expected = expected.masked_fill(dropped.repeat_interleave(G), 0.0)
     tolerance = fp32_noise(rewards, G) / divisor * (1 + expected.abs()) + 1e-6
     excess = ((seen - expected).abs() / tolerance).nan_to_num(math.inf)
     if not (excess > 1).any():
