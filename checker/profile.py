@@ -285,7 +285,7 @@ def probe_loss(candidate, profile: Profile) -> None:
                     for key, chosen in declared.items():
                         profile.set(key, chosen, f"loss value equals the {named} formula")
                     if rule in conventions.ROW_MEAN_RULES and empty_row:
-                        profile.set("empty_rows", empty_rows, "row count with one fully masked row")
+                        profile.set("empty_rows", empty_rows, _EMPTY_ROWS_HOW[empty_rows])
                     if form == "reinforce":
                         profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
                     else:
@@ -462,6 +462,14 @@ def _chosen(candidate, profile: Profile, key: str) -> bool:
     return key in candidate.spec.config or key in profile.config_set
 
 
+# What each row count means, in the words a project's notes would use for it.
+_EMPTY_ROWS_HOW = {
+    "counted": "a fully masked row counts in the mean over the batch's rows (TRL)",
+    "excluded": "the mean is over the rows with a counted token only, not over the whole batch"
+    " (verl's agg_loss); TRL averages over every row",
+}
+
+
 def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
     """empty_rows through the row-mean loss types the checks also test (grpo, dr_grpo), when the
     candidate's own aggregation has no row count to measure it by."""
@@ -483,7 +491,7 @@ def _probe_empty_rows(fn, profile: Profile, form: str, inputs) -> None:
                 conventions.aggregate(token_loss, mask, loss_type, empty_rows=empty_rows)
             )
             if abs(value - expected) <= 1e-5 * max(1.0, abs(expected)):
-                how = f"loss_type={loss_type}'s row count with one fully masked row"
+                how = f"loss_type={loss_type}: {_EMPTY_ROWS_HOW[empty_rows]}"
                 profile.set("empty_rows", empty_rows, how)
                 return
 
