@@ -754,8 +754,6 @@ def probe_kl(candidate, profile: Profile) -> None:
 
 def probe_logprobs(candidate, profile: Profile) -> None:
     """Log-probs must be <= 0; a scorer without a temperature samples at T = 1 only."""
-    import inspect
-
     import torch
 
     fn = candidate.functions.get("selective_log_softmax")
@@ -765,9 +763,17 @@ def probe_logprobs(candidate, profile: Profile) -> None:
     index = torch.randint(0, 5, (2, 3), generator=torch.Generator().manual_seed(3))
     if (fn(logits, index).detach() > 1e-6).any():
         profile.findings.append("logprobs: selective_log_softmax returns values > 0")
-    parameters = inspect.signature(fn).parameters
-    if "temperature" not in parameters and not _takes_kwargs(parameters):
+    scorers = ("selective_log_softmax", "completion_logps", "get_per_token_logps")
+    provided = [name for name in scorers if candidate.functions.get(name) is not None]
+    taking = [name for name in provided if _takes(candidate.functions[name], "temperature")]
+    without = [name for name in provided if name not in taking]
+    if without and not taking:
         profile.evidence["temperature"] = "not taken: scoring at T = 1 only (sample at T = 1)"
+    elif without:
+        profile.evidence["temperature"] = (
+            f"not taken by {', '.join(without)} (checked at T = 1);"
+            f" {', '.join(taking)} {'takes' if len(taking) == 1 else 'take'} it"
+        )
 
 
 def probe_update(candidate, profile: Profile) -> None:

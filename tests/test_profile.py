@@ -184,3 +184,24 @@ def test_profile_of_stock_trl_0_17_measures_its_own_loss_type(tmp_path):
     assert done.returncode == 0, document
     assert document["conventions"]["loss_type"] == "bnpo", document
     assert document["supported"] == {"use_bias_correction_kl": [False]}, document
+
+
+SCORERS = """
+import torch
+
+def selective_log_softmax(logits, index):
+    return torch.gather(logits.log_softmax(-1), -1, index.unsqueeze(-1)).squeeze(-1)
+
+def completion_logps(logits, completion_ids, temperature=1.0):
+    return selective_log_softmax(logits[:, :-1] / temperature, completion_ids)
+"""
+
+
+def test_the_temperature_row_names_which_scorer_takes_none(tmp_path):
+    """A trainer whose low-level scorer takes no temperature but whose completion scorer does is
+    not reported as scoring at T = 1 only (a blind user's nano-aha-moment profile said so)."""
+    (tmp_path / "candidate.py").write_text(SCORERS)
+    result = run("profile", "candidate.py", cwd=tmp_path)
+    table = " ".join(result.stdout.replace("│", " ").split())
+    assert "scoring at T = 1 only" not in table, table
+    assert "not taken by selective_log_softmax" in table and "completion_logps takes it" in table
