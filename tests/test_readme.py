@@ -34,3 +34,15 @@ def test_the_check_count_the_readme_states_is_the_registry_s():
     stated = re.search(r"runs a GRPO trainer through (\d+) small checks", text)
     assert stated, "the README no longer states the number of checks"
     assert int(stated[1]) == len(all_checks(()))
+
+
+def test_every_declarable_convention_is_in_the_readme_table():
+    """Every `config:` key that is not a GRPOConfig keyword of the loss is listed in the
+    README's table of conventions, so a user can find the key their trainer needs."""
+    from reference_impl.protocol import DEFAULTS
+
+    text = README.read_text()
+    table = text[text.index("| key | TRL 1.16 | other values") :].split("\n\n", 1)[0]
+    first = list(DEFAULTS).index("advantage_epsilon")  # the conventions follow GRPOConfig's keys
+    missing = [key for key in list(DEFAULTS)[first:] if f"`{key}`" not in table]
+    assert not missing, missing
