@@ -377,6 +377,7 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
         return  # no ratio: nothing for a ratio level or a cap to change
     if not _takes(fn, "old_per_token_logps"):
         return
+    _probe_ratio_level(fn, candidate, profile, inputs)
     _probe_ignored_ratio_level(fn, candidate, profile, inputs)
     # Off policy, two tokens at ratio 3.0 with A < 0: the unclipped term is in force there, so a
     # cap of 1.5 would bind; a loss without a cap is pinned to none.
@@ -425,6 +426,17 @@ def _ratio_level(fn, inputs) -> str | None:
         if torch.allclose(seen, expected[keep], rtol=1e-4):
             return level
     return None
+
+
+def _probe_ratio_level(fn, candidate, profile: Profile, inputs) -> None:
+    """importance_sampling_level as the loss implements it at its own default: GSPO's sequence
+    ratio in a loss whose config says token (NeMo-RL's sequence_level_importance_ratios), unless
+    the user's config chose the level (then the checks report the difference)."""
+    level = _ratio_level(fn, inputs)
+    own = candidate.config["importance_sampling_level"]
+    if level and level != own and not _chosen(candidate, profile, "importance_sampling_level"):
+        how = f"the off-policy gradient follows each {'row' if level == 'sequence' else 'token'}'s ratio"
+        profile.set("importance_sampling_level", level, how)
 
 
 def _probe_ignored_ratio_level(fn, candidate, profile: Profile, inputs) -> None:
@@ -684,19 +696,20 @@ def probe_clipping(candidate, profile: Profile) -> None:
         profile.set("epsilon_high", eps_high, "smallest A > 0 ratio with zero gradient")
     takes = {**candidate.supported, **profile.supported}.get("loss_type", ["cispo"])
     if "epsilon_high" in parameters and "cispo" in takes:
-        _probe_cispo_cap(fn, profile)
+        _probe_cispo_cap(fn, profile, eps_low)
 
 
-def _probe_cispo_cap(fn, profile: Profile) -> None:
-    """cispo_cap from the weights cispo gives tokens at ratios 5.5 and 8 with epsilon_high = 5:
-    5 and 5 (capped at epsilon_high, TRL), or 5.5 and 6 (capped at 1 + epsilon_high). A PPO
-    clip in its place gives 5.5 and 0 (a loss that ignores loss_type): nothing is set."""
+def _probe_cispo_cap(fn, profile: Profile, epsilon_low: float) -> None:
+    """cispo_cap from the weights cispo gives tokens at ratios 0.5, 1.5, 5.5 and 8 with
+    epsilon_high = 5: 0.5, 1.5, 5, 5 (capped at epsilon_high, TRL); 0.5, 1.5, 5.5, 6 (capped at
+    1 + epsilon_high); 1 - epsilon_low, 1.5, 5.5, 6 (clipped to the band on both sides,
+    NeMo-RL). A PPO clip standing in (a loss that ignores loss_type) gives 0 at 8: nothing is set."""
     import torch
 
-    logps = -torch.rand(1, 3, generator=torch.Generator().manual_seed(2)) - 0.1
-    ratios = torch.tensor([[1.5, 5.5, 8.0]])
+    logps = -torch.rand(1, 4, generator=torch.Generator().manual_seed(2)) - 0.1
+    ratios = torch.tensor([[0.5, 1.5, 5.5, 8.0]])
     options = {"loss_type": "cispo", "epsilon_high": 5.0}
-    mask, advantages = torch.ones(1, 3), torch.tensor([1.0])
+    mask, advantages = torch.ones(1, 4), torch.tensor([1.0])
     on = _loss_and_grad(fn, logps, advantages, mask, **options)
     off = _loss_and_grad(
         fn, logps, advantages, mask, old_per_token_logps=logps - ratios.log(), **options
@@ -704,8 +717,14 @@ def _probe_cispo_cap(fn, profile: Profile) -> None:
     if on is None or off is None or not on[1].all():
         return  # no cispo, or no gradient to compare weights with
     weights = (off[1] / on[1])[0].tolist()
-    if all(abs(w - e) < 1e-3 for w, e in zip(weights, (1.5, 5.5, 6.0), strict=True)):
-        profile.set("cispo_cap", "one_plus_epsilon_high", "cispo weights 5.5, 6 at r = 5.5, 8")
+    forms = {
+        "one_plus_epsilon_high": (0.5, 1.5, 5.5, 6.0),
+        "band": (1 - epsilon_low, 1.5, 5.5, 6.0),
+    }
+    for form, expected in forms.items():
+        if all(abs(w - e) < 1e-3 for w, e in zip(weights, expected, strict=True)):
+            profile.set("cispo_cap", form, f"cispo weights {', '.join(f'{e:g}' for e in expected)}")
+            return
 
 
 def _takes_kwargs(parameters) -> bool:
@@ -849,6 +868,8 @@ def measure(candidate) -> Profile:
     for probe in PROBES:
         try:
             probe(candidate, profile)
+        except NotImplementedError:
+            continue  # the candidate says it does not implement what this probe asked: not a bug
         except Exception as error:  # noqa: BLE001 - the candidate may raise anything
             text = " ".join(str(error).split())[:150]
             name = probe.__name__.removeprefix("probe_")

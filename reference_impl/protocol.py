@@ -92,7 +92,7 @@ ADVANTAGE_BASELINES = ("mean", "leave_one_out")
 # reward is not divided (NeMo-RL: "don't sharpen the ones with no variation").
 STD_ESTIMATORS = ("bessel", "population", "leave_one_out")
 # The smallest spread of rewards (max - min) a group needs to be trained on: a group below it
-# gets zero advantages, as if dropped (simple_GRPO skips a group whose rewards span < 0.01; DAPO's
+# gets zero advantages, as if dropped (simple_GRPO skips a group whose rewards span < 1e-4, < 0.01 in its v1 variant; DAPO's
 # dynamic sampling drops groups whose accuracy is all 0 or all 1, span 0, which TRL's formula
 # already maps to 0). 0 drops nothing (TRL).
 # NaN rewards (a reward function that returned None): left out of the statistics (TRL 1.6+), a
@@ -141,10 +141,11 @@ KL_PLACEMENTS = ("loss", "reward")
 # to the surrogate in value and gradient at one update per generation, with no trust region after.
 POLICY_LOSSES = ("clipped", "reinforce", "on_policy")
 # Where cispo caps its detached importance weight: at epsilon_high itself (TRL gt:L3110, which
-# recommends 5.0), or at 1 + epsilon_high, an offset from 1 like the clip band's epsilons
-# (MiniMax-M1 arXiv:2506.13585 writes clip(r, 1 - eps_low, 1 + eps_high); verl's
-# clip_ratio_high and open-instruct's clip_higher are read so).
-CISPO_CAPS = ("epsilon_high", "one_plus_epsilon_high")
+# recommends 5.0); at 1 + epsilon_high, an offset from 1 like the clip band's epsilons (verl's
+# clip_ratio_high, open-instruct's clip_higher); or clipped to the band on both sides,
+# clip(r, 1 - epsilon_low, 1 + epsilon_high), as MiniMax-M1 (arXiv:2506.13585) writes it and
+# NeMo-RL implements it.
+CISPO_CAPS = ("epsilon_high", "one_plus_epsilon_high", "band")
 # Whether the clip range can be asymmetric (epsilon_high != epsilon_low) or is one epsilon only.
 CLIPPING_FORMS = ("asymmetric", "symmetric")
 # What the bias-corrected KL (`use_bias_correction_kl`) is multiplied by: the unclipped ratio

@@ -1,7 +1,8 @@
-"""cispo's cap read as an offset from 1, as MiniMax-M1 writes it and verl and open-instruct
-implement it (`clamp(r, max=1 + clip_higher)`): undeclared, the clipping check names the
-declaration; declared `cispo_cap: one_plus_epsilon_high`, it passes; `profile` measures it; a
-cap at epsilon_high declared as the offset form still fails."""
+"""cispo's weight capped another way than TRL's min(r, epsilon_high): at 1 + epsilon_high, as
+verl and open-instruct implement it (`clamp(r, max=1 + clip_higher)`), or clipped to the band on
+both sides, as MiniMax-M1 writes it and NeMo-RL implements it. Undeclared, the clipping check
+names the declaration; declared, it passes; `profile` measures it; TRL's cap declared as the
+offset form still fails."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_
     ratio = torch.exp(per_token_logps - old)
     a = advantages.unsqueeze(1)
     if loss_type == "cispo":
-        token = -torch.clamp(ratio.detach(), max=CAP) * a * per_token_logps
+        token = -torch.clamp(ratio.detach(), CLAMP) * a * per_token_logps
     elif loss_type == "dapo":
         clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
         token = -torch.min(ratio * a, clipped * a)
@@ -31,8 +32,9 @@ def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_
 """
 
 
-def _write(folder: Path, cap: str, config: str = "") -> Path:
-    (folder / "candidate.py").write_text(LOSS.replace("CAP", cap))
+def _write(folder: Path, cap: str, config: str = "", low: str = "") -> Path:
+    clamp = f"min={low}, max={cap}" if low else f"max={cap}"
+    (folder / "candidate.py").write_text(LOSS.replace("CLAMP", clamp))
     text = "path: candidate.py\nconfig:\n  epsilon_high: 0.28\n" + config
     (folder / "candidate.yaml").write_text(text)
     return folder / "candidate.yaml"
@@ -52,6 +54,17 @@ def test_the_offset_cap_declared_passes(tmp_path):
     config = "  cispo_cap: one_plus_epsilon_high\n"
     result = _result(_write(tmp_path, "1 + epsilon_high", config))
     assert result.status == "pass", result.message
+
+
+def test_the_two_sided_band_is_named_declared_and_profiled(tmp_path):
+    """NeMo-RL clips cispo's weight to clip(r, 1 - eps_low, 1 + eps_high), as MiniMax-M1 writes it."""
+    band = {"cap": "1 + epsilon_high", "low": "1 - epsilon_low"}
+    result = _result(_write(tmp_path, **band))
+    assert result.status == "fail" and "declare cispo_cap: band" in result.message, result.message
+    result = _result(_write(tmp_path, **band, config="  cispo_cap: band\n"))
+    assert result.status == "pass", result.message
+    (tmp_path / "c.yaml").unlink(missing_ok=True)
+    assert profiled(tmp_path)["config"]["cispo_cap"] == "band"
 
 
 def test_trl_s_cap_declared_as_the_offset_fails(tmp_path):

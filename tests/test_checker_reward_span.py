@@ -1,5 +1,5 @@
 """A group trained on only when its rewards spread enough (simple_GRPO skips a prompt whose
-rewards span less than 0.01) is a convention, `min_reward_span`: undeclared, the advantage
+rewards span less than 1e-4, 0.01 in its v1 variant) is a convention, `min_reward_span`: undeclared, the advantage
 checks name it; declared, they pass; `profile` measures the threshold and writes it."""
 
 from __future__ import annotations

@@ -74,14 +74,14 @@ def wrong_advantages(
             "the baseline and the std are both leave-one-out (NeMo-RL's default); declare"
             " baseline: leave_one_out and std_estimator: leave_one_out if intended"
         ] = variant(baseline="leave_one_out", std_estimator="leave_one_out")
-    # A group dropped for a small spread (simple_GRPO's span < 0.01): each small span seen,
+    # A group dropped for a small spread (simple_GRPO's span < 1e-4): each small span seen,
     # taken as the threshold that drops it and every smaller one.
     spans = conventions.reward_spans(rewards, G)
     for span in sorted({float(v) for v in spans if 0 < v < 0.1}):
         if span >= float(config["min_reward_span"]):
             variants[
                 f"groups whose rewards span {conventions.short(span)} or less get zero advantage,"
-                " as if dropped (simple_GRPO drops a group below 0.01); if intended, declare"
+                " as if dropped (simple_GRPO drops a group below 1e-4); if intended, declare"
                 " min_reward_span: <your threshold>"
             ] = variant(min_reward_span=span * (1 + 1e-9))
     own_centred = variant("none")
@@ -189,7 +189,7 @@ def matches_reference(ctx: Context) -> None:
 
 @check("advantages", "compute_advantages")
 def matches_reference_other_scalings(ctx: Context) -> None:
-    """Every other scale_rewards value ("group", "batch", "none") matches its formula too."""
+    """Every other scale_rewards value ("group", "batch", "none") the candidate takes matches its formula too."""
     ran = []
     for mode in SCALE_REWARDS:
         if mode != ctx.config["scale_rewards"]:

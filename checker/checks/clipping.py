@@ -189,7 +189,7 @@ def sequence_level_clips_whole_rows(ctx: Context) -> None:
 
 @check("clipping", "compute_loss", depends_on=("ratio",))
 def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
-    """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (TRL: the cap is eps_high itself; sg(min(r, 6)) under cispo_cap: one_plus_epsilon_high)."""
+    """cispo with epsilon_high = 5: the gradient is weighted by sg(min(r, 5)) (TRL: the cap is eps_high itself; sg(min(r, 6)) under cispo_cap: one_plus_epsilon_high, sg(clip(r, 1 - eps_low, 6)) under cispo_cap: band)."""
     skip_without_ratio(ctx, " to clip")
     if ctx.config["clipping"] == "symmetric":
         raise Skip("clipping: symmetric (one epsilon: no epsilon_high to cap cispo's weight with)")
@@ -200,23 +200,38 @@ def cispo_caps_weight_at_epsilon_high(ctx: Context) -> None:
     _, grad_off = loss_and_grad(ctx, logps, advantages, mask, old_per_token_logps=old, **options)
     ratio, keep = gradient_ratio(grad_off, grad_on, mask)
     r = torch.tensor(ratios, dtype=torch.float64).expand(2, -1)[keep]
-    offset = ctx.config["cispo_cap"] == "one_plus_epsilon_high"
-    cap, other = (6.0, 5.0) if offset else (5.0, 6.0)
-    other_cap = (
-        "the cispo cap is epsilon_high itself (TRL, gt:L3110), not 1 + epsilon_high as declared"
-        if offset
-        else "the cispo cap is 1 + epsilon_high, not epsilon_high itself as TRL caps it"
-        " (gt:L3110); MiniMax-M1's, verl's and open-instruct's form: if intended, declare"
-        " cispo_cap: one_plus_epsilon_high"
-    )
+    floor = 1 - float(ctx.config["epsilon_low"])
+    forms = {  # cispo_cap -> (the weights it gives, how a failure names it)
+        "epsilon_high": (
+            r.clamp(max=5.0),
+            "the cispo cap is epsilon_high itself (TRL, gt:L3110), not as declared",
+        ),
+        "one_plus_epsilon_high": (
+            r.clamp(max=6.0),
+            "the cispo cap is 1 + epsilon_high (verl's and open-instruct's form), not epsilon_high"
+            " itself as TRL caps it (gt:L3110): if intended, declare cispo_cap:"
+            " one_plus_epsilon_high",
+        ),
+        "band": (
+            r.clamp(min=floor, max=6.0),
+            "the cispo weight is clipped to the band on both sides, clip(r, 1 - epsilon_low,"
+            " 1 + epsilon_high) (MiniMax-M1's formula, NeMo-RL's code): if intended, declare"
+            " cispo_cap: band",
+        ),
+    }
+    expected, _ = forms[ctx.config["cispo_cap"]]
     assert_close(
         ratio,
-        r.clamp(max=cap),
+        expected,
         atol=1e-6,
         rtol=1e-4,
-        what=f"cispo weights min(r, {cap:g})",
+        what=f"cispo weights under cispo_cap: {ctx.config['cispo_cap']}",
         causes={
-            other_cap: r.clamp(max=other),
+            **{
+                why: weights
+                for form, (weights, why) in forms.items()
+                if form != ctx.config["cispo_cap"]
+            },
             "the cispo weight is not capped": r,
             "the cispo cap is 1 + epsilon_low": r.clamp(max=1.2),
         },
