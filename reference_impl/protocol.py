@@ -152,6 +152,11 @@ CLIPPING_FORMS = ("asymmetric", "symmetric")
 # exp(logp - old) (TRL gt:L3104), or exp(logp - sg(logp)), 1 in value with the ratio's gradient
 # (NeMo-RL's calculate_kl importance weight by default): the same on policy, unweighted values off it.
 KL_WEIGHTS = ("ratio", "on_policy")
+# Whether prompts of unequal length are left-padded into one batch that the attention mask
+# carries (TRL), or never padded: one prompt per batch, repeated G times (simple_GRPO), so a
+# scorer that passes no attention mask is right; its log-probs are then checked on prompts of
+# equal length and with right padding only.
+PROMPT_PADDINGS = ("left", "none")
 # When the training loop clears gradients: before backward (TRL, via the HF Trainer), or after
 # optimizer.step() (many from-scratch loops; equivalent when the loop starts from .grad = None).
 ZERO_GRAD_PLACEMENTS = ("before_backward", "after_step")
@@ -208,6 +213,7 @@ DEFAULTS: dict[str, object] = {
     "policy_loss": "clipped",
     "clipping": "asymmetric",
     "cispo_cap": "epsilon_high",
+    "prompt_padding": "left",
     "zero_grad": "before_backward",
 }
 
@@ -230,5 +236,6 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "policy_loss": POLICY_LOSSES,
     "clipping": CLIPPING_FORMS,
     "cispo_cap": CISPO_CAPS,
+    "prompt_padding": PROMPT_PADDINGS,
     "zero_grad": ZERO_GRAD_PLACEMENTS,
 }

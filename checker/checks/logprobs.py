@@ -133,8 +133,12 @@ def completion_logps_are_nonpositive(ctx: Context) -> None:
 
 
 def _model_batch(ctx: Context):
+    """Prompts of unequal length, left-padded (TRL), or of one length under prompt_padding: none."""
+    unpadded = ctx.config["prompt_padding"] == "none"
     input_ids, attention_mask, mask, width = fixtures.scoring_batch(
-        ctx.gen, completion_lengths=[6, 2, 4, 1], prompt_lengths=[3, 5, 2, 4]
+        ctx.gen,
+        completion_lengths=[6, 2, 4, 1],
+        prompt_lengths=[4, 4, 4, 4] if unpadded else [3, 5, 2, 4],
     )
     return input_ids, attention_mask, mask, width
 
@@ -169,7 +173,8 @@ def model_logps_match_reference(ctx: Context) -> None:
 
 @check("logprobs", "get_per_token_logps", heavy=True)
 def padding_does_not_change_logps(ctx: Context) -> None:
-    """The same row scored alone, with 3 extra left pads and 2 extra right pads, has the same log-probs."""
+    """The same row scored alone, with 3 extra left pads (none under prompt_padding: none) and 2 extra right pads, has the same log-probs."""
+    left = 0 if ctx.config["prompt_padding"] == "none" else 3
     model = fixtures.tiny_model()
     input_ids, attention_mask, mask, width = fixtures.scoring_batch(
         ctx.gen, completion_lengths=[4], prompt_lengths=[3]
@@ -178,10 +183,15 @@ def padding_does_not_change_logps(ctx: Context) -> None:
         "get_per_token_logps", model, input_ids, attention_mask, width, shape=(1, width)
     )
     padded_ids = torch.cat(
-        [torch.full((1, 3), fixtures.PAD_ID), input_ids, torch.full((1, 2), fixtures.PAD_ID)], 1
+        [torch.full((1, left), fixtures.PAD_ID), input_ids, torch.full((1, 2), fixtures.PAD_ID)],
+        1,
     )
     padded_mask = torch.cat(
-        [torch.zeros(1, 3, dtype=torch.long), attention_mask, torch.zeros(1, 2, dtype=torch.long)],
+        [
+            torch.zeros(1, left, dtype=torch.long),
+            attention_mask,
+            torch.zeros(1, 2, dtype=torch.long),
+        ],
         1,
     )
     seen_padded = ctx.call(
@@ -192,7 +202,8 @@ def padding_does_not_change_logps(ctx: Context) -> None:
         seen_alone.detach().float(),
         atol=ATOL,
         what="log-probs of the unpadded row",
-        fallback_cause="padding changes the log-probs: is the attention mask passed to the model?",
+        fallback_cause="padding changes the log-probs: is the attention mask passed to the model?"
+        " (a trainer that never pads prompts, one prompt per batch, declares prompt_padding: none)",
     )
 
 
