@@ -234,6 +234,11 @@ def run_command(
     from task_harness.runner import IsolationUnavailable, append_result, finished_trials, run_trial
 
     specs = _load(task_ids, tasks_dir)
+    if agent_files is not None and (leak := _run_output_in(agent_files, out)):
+        raise click.ClickException(
+            f"--agent-files {agent_files} holds a run's output ({leak}): the agent would read its"
+            " verifier's expected files there; keep --out and earlier runs outside it"
+        )
     results = out / "results.jsonl"
     done = finished_trials(results) if resume else set()
     condition = "skill" if skill else "no-skill"
@@ -374,3 +379,12 @@ def generate_command(seed: int, num_bugs: int, out: Path, no_verify: bool) -> No
     except GenerateError as error:
         raise click.ClickException(str(error)) from None
     click.echo(folder)
+
+
+def _run_output_in(agent_files: Path, out: Path) -> Path | None:
+    """Where `agent_files` holds a trial's output (this run's --out, or an earlier run's
+    results.jsonl or kept verifier files), which the agent would see at /opt/agent."""
+    folder = agent_files.resolve()
+    if out.resolve().is_relative_to(folder):
+        return out
+    return next(folder.rglob("results.jsonl"), None) or next(folder.rglob("tests/expected"), None)
