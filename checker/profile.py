@@ -290,6 +290,7 @@ def probe_loss(candidate, profile: Profile) -> None:
                         profile.set("policy_loss", "reinforce", "loss = -A * logp aggregated")
                     else:
                         _probe_old_ignored(fn, profile)
+                        _probe_drift_penalty(fn, profile)
                     _probe_ignored_loss_options(
                         fn, candidate, profile, rule, (logps, advantages, mask)
                     )
@@ -533,6 +534,37 @@ def _probe_old_ignored(fn, profile: Profile) -> None:
         )
 
 
+def _probe_drift_penalty(fn, profile: Profile) -> None:
+    """drift_penalty: tau when, at A = 0 (no policy term) and beta = 0, the loss still moves
+    with old_per_token_logps as tau * (logp - old)^2 per token weighted like the policy term
+    (prime-rl's kl_tau): (its gradient) / (the on-policy gradient at A = -1) = 2 tau (logp - old)."""
+    import torch
+
+    if not _takes(fn, "old_per_token_logps") or "policy_loss" in profile.conventions:
+        return
+    logps = -torch.rand(2, 4, generator=torch.Generator().manual_seed(7)) - 0.1
+    shift = torch.tensor([[0.1, -0.05, 0.08, -0.12], [0.06, -0.1, 0.04, -0.02]])
+    mask = torch.ones(2, 4)
+    no_kl = {"beta": 0.0} if _takes(fn, "beta") else {}
+    on = _loss_and_grad(fn, logps, torch.full((2,), -1.0), mask, **no_kl)
+    off = _loss_and_grad(
+        fn, logps, torch.zeros(2), mask, old_per_token_logps=logps - shift, **no_kl
+    )
+    if on is None or off is None or not bool(off[1].abs().max() > 0):
+        return
+    per_token = off[1].double() / (2 * shift.double() * on[1].double())
+    tau = float(per_token.median())
+    if tau > 0 and torch.allclose(per_token, torch.full_like(per_token, tau), rtol=1e-3):
+        how = "A = 0: gradient 2 tau (logp - old) per token, weighted like the policy term"
+        profile.set("drift_penalty", float(f"{tau:.4g}"), how)
+    else:
+        profile.findings.append(
+            "ratio: at A = 0 and beta = 0 the loss still moves with old_per_token_logps, but not"
+            " as tau * (logp - old)^2 weighted like the policy term (a drift penalty of a form no"
+            " convention declares)"
+        )
+
+
 def probe_kl_loss(candidate, profile: Profile) -> None:
     """use_bias_correction_kl and kl_aggregation from the on-policy KL gradient (A = 0,
     ref - logp = 0.4: beta * (1 - e^d), plus beta * k3 when corrected, per unit of the policy
@@ -678,6 +710,15 @@ def probe_clipping(candidate, profile: Profile) -> None:
     leaf = logps.clone().requires_grad_(True)
     loss = fn(leaf, torch.tensor([1.0, -1.0]), torch.ones(2, steps), old_per_token_logps=old)
     (grad,) = torch.autograd.grad(loss, leaf)
+    if profile.conventions.get("drift_penalty"):  # its gradient is no clipping's: take it out
+        no_kl = {"beta": 0.0} if _takes(fn, "beta") else {}
+        zero = torch.zeros(2)
+        grad = (
+            grad
+            - _loss_and_grad(
+                fn, logps, zero, torch.ones(2, steps), old_per_token_logps=old, **no_kl
+            )[1]
+        )
     clipped_high = ratios[grad[0] == 0]
     clipped_low = ratios[grad[1] == 0]
     if not (len(clipped_high) and len(clipped_low)):
@@ -685,6 +726,17 @@ def probe_clipping(candidate, profile: Profile) -> None:
             "clipping: no PPO ratio band: no ratio in 0.7..1.3 has its gradient clipped for"
             f" A {'> 0' if not len(clipped_high) else '< 0'}; a trust region of another form"
             " (DPPO's band on probability differences, say) is declared custom: {clipping: <why>}"
+        )
+        return
+    # A band clips every ratio past its bound; a mask on something else (DPPO's probability
+    # differences: which tokens it drops depends on each token's probability) leaves gaps.
+    above = grad[0][ratios >= clipped_high.min()]
+    below = grad[1][ratios <= clipped_low.max()]
+    if bool((above != 0).any() or (below != 0).any()):
+        profile.findings.append(
+            "clipping: no PPO ratio band: the tokens with zero gradient are not every ratio past"
+            " a bound (the trust region depends on more than the ratio: DPPO's band on"
+            " probability differences, say); declare it custom: {clipping: <why>}"
         )
         return
     eps_high = round(float(clipped_high.min()) - 1.00005, 4)

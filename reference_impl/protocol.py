@@ -213,6 +213,10 @@ DEFAULTS: dict[str, object] = {
     "policy_loss": "clipped",
     "clipping": "asymmetric",
     "cispo_cap": "epsilon_high",
+    # Coefficient tau of a per-token penalty tau * (logp - old)^2 towards the sampling policy,
+    # inside the policy term's aggregation (prime-rl's kl_tau, 1e-3 there; Kimi K2.5,
+    # arXiv:2602.02276); TRL has none, so 0.
+    "drift_penalty": 0.0,
     "prompt_padding": "left",
     "zero_grad": "before_backward",
 }

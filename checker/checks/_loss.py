@@ -38,7 +38,25 @@ def skip_without_ratio(ctx: Context, use: str = "") -> None:
 def loss_and_grad(
     ctx: Context, logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The candidate's loss (detached scalar) and dL/dlogp (zeros if no gradient reaches logp)."""
+    """The candidate's loss (detached scalar) and dL/dlogp (zeros if no gradient reaches logp).
+
+    Under a declared `drift_penalty`, off policy, the penalty's share is taken out: the loss at
+    A = 0 and beta = 0 for the same log-probs, which is the penalty alone (the policy term is 0
+    there, the KL off). Each check then sees the stage it probes; `ratio.drift_penalty_matches_
+    declared` checks the penalty itself."""
+    value, grad = raw_loss_and_grad(ctx, logps, advantages, mask, **kwargs)
+    if ctx.config["drift_penalty"] and kwargs.get("old_per_token_logps") is not None:
+        penalty = {**kwargs, "beta": 0.0}
+        zero = torch.zeros_like(advantages)
+        value_pen, grad_pen = raw_loss_and_grad(ctx, logps, zero, mask, **penalty)
+        value, grad = value - value_pen, grad - grad_pen
+    return value, grad
+
+
+def raw_loss_and_grad(
+    ctx: Context, logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`loss_and_grad` with nothing taken out."""
     leaf = logps.detach().clone().requires_grad_(True)
     loss = ctx.call("compute_loss", leaf, advantages, mask, shape=(), **kwargs)
     if not loss.is_floating_point():

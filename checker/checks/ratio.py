@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks._loss import (
     NEGATIVE_ADVANTAGES,
     batch,
     gradient_ratio,
     loss_and_grad,
+    raw_loss_and_grad,
     skip_without_ratio,
 )
 from checker.checks.context import Context, assert_close, fmt
@@ -101,6 +102,40 @@ def token_ratio_is_exp_log_ratio(ctx: Context) -> None:
             "the ratio ignores old_per_token_logps (it is always 1)": torch.ones_like(expected),
             "the ratio is logp - old without the exp": 1 + shift[keep],
         },
+    )
+
+
+@check("ratio", "compute_loss")
+def drift_penalty_matches_declared(ctx: Context) -> None:
+    """A declared drift_penalty tau adds tau * (logp - old)^2 per token inside the policy term's
+    aggregation (prime-rl's kl_tau): at A = 0 and beta = 0 its gradient is 2 tau (logp - old)
+    per token with the policy term's token weight, so (that gradient) / (the on-policy
+    gradient at A < 0) = 2 tau (logp - old) / -A."""
+    tau = float(ctx.config["drift_penalty"])
+    if not tau:
+        raise Skip("no drift penalty declared (drift_penalty: 0, as in TRL)")
+    logps, mask = batch(ctx)
+    shift = (ctx.rand(*logps.shape) * 2 - 1) * IN_BAND
+    kind = {"loss_type": ctx.clipped_loss_type(), "importance_sampling_level": "token"}
+    _, grad_on = raw_loss_and_grad(ctx, logps, NEGATIVE_ADVANTAGES, mask, **kind)
+    zero = torch.zeros_like(NEGATIVE_ADVANTAGES)
+    _, grad_pen = raw_loss_and_grad(
+        ctx, logps, zero, mask, old_per_token_logps=logps - shift, beta=0.0, **kind
+    )
+    ratio, keep = gradient_ratio(grad_pen, grad_on, mask)
+    per_unit = (shift.double() / -NEGATIVE_ADVANTAGES.double().unsqueeze(1))[keep]
+    assert_close(
+        ratio,
+        2 * tau * per_unit,
+        atol=1e-9,
+        rtol=1e-4,
+        what=f"drift penalty gradients (declared drift_penalty: {tau:g})",
+        causes={
+            "half the declared gradient: the penalty is tau * (logp - old)^2 / 2 (k2's form),"
+            " or its coefficient is half the declared drift_penalty": tau * per_unit,
+            "there is no penalty towards old_per_token_logps": torch.zeros_like(per_unit),
+        },
+        fallback_cause="the penalty is not tau * (logp - old)^2 weighted like the policy term",
     )
 
 
