@@ -295,7 +295,7 @@ def run_command(
 def report_command(folders, as_json: bool, conditions, out: Path | None) -> None:
     """Reward, time and fix rates per task, agent and condition, with 95% bootstrap intervals,
     and the skill's uplift; from local results folders and Harbor job folders."""
-    from task_harness.difficulty import diff_solvable_ids
+    from task_harness.difficulty import left_out_of_uplift
     from task_harness.report import CHART_HINT, draw, render_tables
     from task_harness.report_data import ReportInputError, load_trials
     from task_harness.report_stats import summarise
@@ -306,7 +306,7 @@ def report_command(folders, as_json: bool, conditions, out: Path | None) -> None
         raise click.ClickException(str(error)) from None
     if not trials:
         raise click.ClickException(f"no finished trials in {', '.join(map(str, folders))}")
-    summary = summarise(trials, diff_solvable_ids(load_tasks()))
+    summary = summarise(trials, left_out_of_uplift(load_tasks()))
     tables = render_tables(summary)
     charts = draw(summary, tables, out or folders[0])
     if as_json:

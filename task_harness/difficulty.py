@@ -30,9 +30,14 @@ Both inputs are what scripts do. What a task is worth is what a capable coding a
 so where blind agent trials are recorded (`[grpo.difficulty.trials]`, one trial per condition,
 README "What real agents did, blind") the label is theirs, from the trial without the skill:
 
-    easy    every bug fixed in under 10 minutes
+    easy    every bug fixed in under 10 minutes (in any one trial, where several ran)
     medium  every bug fixed in 10 minutes or more, or a reward of at least 0.5
     hard    a reward below 0.5
+
+Where a task ran several trials per condition, `[grpo.difficulty.trials]` holds their means and,
+as `fastest_full`, the minutes of the fastest no-skill trial that fixed every bug: one quick full
+pass is enough to call the task easy, whatever the slower trials took. An easy task is retired
+from the headline (`left_out_of_uplift`).
 
 and the checker and baseline figures stay beside it.
 """
@@ -87,14 +92,18 @@ def label(checker_share: float, baseline_max: float) -> str:
 
 @dataclass(frozen=True)
 class Trial:
-    """One blind agent trial: its reward and the agent's own minutes from start to stop."""
+    """One condition's blind agent trials: the reward and the agent's own minutes from start to
+    stop (means where several ran), and the minutes of the fastest that fixed every bug."""
 
     reward: float
     minutes: float
+    fastest_full: float | None = None
 
 
 def trial_label(no_skill: Trial) -> str:
     """The difficulty a blind agent without the skill measured (the rule in the module's text)."""
+    if no_skill.fastest_full is not None and no_skill.fastest_full < QUICK_MINUTES:
+        return "easy"
     if no_skill.reward >= EASY - 1e-9:
         return "easy" if no_skill.minutes < QUICK_MINUTES else "medium"
     return "medium" if no_skill.reward >= MEDIUM - 1e-9 else "hard"
@@ -104,7 +113,12 @@ def recorded_trials(spec: TaskSpec) -> dict[str, Trial]:
     """{"no_skill": Trial, "skill": Trial} from `[grpo.difficulty.trials]`, or {} when none ran."""
     table = spec.toml["grpo"].get("difficulty", {}).get("trials", {})
     return {
-        condition: Trial(float(t["reward"]), float(t["minutes"])) for condition, t in table.items()
+        condition: Trial(
+            float(t["reward"]),
+            float(t["minutes"]),
+            float(t["fastest_full"]) if "fastest_full" in t else None,
+        )
+        for condition, t in table.items()
     }
 
 
@@ -132,8 +146,25 @@ def diff_solvable(spec: TaskSpec) -> bool:
     return float(table.get("upstream_hunks", 0.0)) > DIFF_SOLVABLE_ABOVE + 1e-9
 
 
-def diff_solvable_ids(specs: list[TaskSpec]) -> frozenset[str]:
-    return frozenset(spec.id for spec in specs if diff_solvable(spec))
+def solved_by_reading(spec: TaskSpec) -> bool:
+    """True when a blind agent without the skill fixed every bug in under QUICK_MINUTES (its
+    recorded trial label is "easy"): the issue's rule retires such a task from the headline.
+    It stays in the suite (its checker figures and probes still test grpo-check), with its own
+    report row, but the overall uplift leaves it out: a task any reader solves in minutes
+    measures reading, not the skill."""
+    trials = recorded_trials(spec)
+    return "no_skill" in trials and trial_label(trials["no_skill"]) == "easy"
+
+
+def left_out_of_uplift(specs: list[TaskSpec]) -> dict[str, str]:
+    """{task id: why} for the tasks the report's overall uplift leaves out."""
+    reasons = {}
+    for spec in specs:
+        if diff_solvable(spec):
+            reasons[spec.id] = "diff-solvable"
+        elif solved_by_reading(spec):
+            reasons[spec.id] = "solved by reading"
+    return reasons
 
 
 def _grpo_check() -> list[str]:
@@ -302,8 +333,9 @@ DIFFICULTY_LINE = re.compile(r'^difficulty = "[a-z]+"$', re.MULTILINE)
 TABLE = "[grpo.difficulty]"
 TRIALS_TABLE = "[grpo.difficulty.trials]"
 TRIALS_COMMENT = (
-    '# Blind agent trials, one per condition (README, "What real agents did, blind"): the\n'
-    "# reward, and the agent's minutes from its first command to its stop."
+    '# Blind agent trials (README, "What real agents did, blind"): per condition, the reward and\n'
+    "# the agent's minutes from its first command to its stop (means where several ran), and\n"
+    "# fastest_full, the minutes of the fastest trial that fixed every bug."
 )
 
 
@@ -330,5 +362,8 @@ def write(spec: TaskSpec, measured: Measurement) -> None:
     if trials:
         text += f"\n{TRIALS_TABLE}\n{TRIALS_COMMENT}\n"
         for condition, trial in trials.items():
-            text += f"{condition} = {{ reward = {trial.reward}, minutes = {trial.minutes:g} }}\n"
+            fastest = (
+                "" if trial.fastest_full is None else f", fastest_full = {trial.fastest_full:g}"
+            )
+            text += f"{condition} = {{ reward = {trial.reward}, minutes = {trial.minutes:g}{fastest} }}\n"
     path.write_text(text)

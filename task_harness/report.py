@@ -76,7 +76,8 @@ def _uplift_table(summary: dict, tw: int, aw: int) -> str:
         label = f"overall ({tasks} task{'s' if tasks != 1 else ''})"
         lines.append(f"{row['agent']:<{aw}} {label:<{tw}} {_delta(row['reward'], row['seconds'])}")
         if row.get("left_out"):
-            lines.append(f"{'':<{aw}} (left out as diff-solvable: {', '.join(row['left_out'])})")
+            why = ", ".join(f"{task} ({reason})" for task, reason in row["left_out"].items())
+            lines.append(f"{'':<{aw}} (left out: {why})")
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,10 +51,11 @@ def row_median(rows: np.ndarray) -> np.ndarray:
     return np.median(rows, axis=-1)
 
 
-def summarise(trials: list[Trial], left_out: frozenset[str] = frozenset()) -> dict:
+def summarise(trials: list[Trial], left_out: Mapping[str, str] | None = None) -> dict:
     """Groups, per-task uplifts and overall uplifts, as plain JSON-ready data. The tasks in
-    `left_out` (the diff-solvable forks, task_harness/difficulty.py) keep their own rows but do
-    not count in an overall uplift."""
+    `left_out` ({task: why}: the diff-solvable forks and the tasks solved by reading,
+    task_harness/difficulty.py `left_out_of_uplift`) keep their own rows but do not count in an
+    overall uplift."""
     groups: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)
     for trial in trials:
         groups[(trial.task, trial.agent, trial.condition)].append(trial)
@@ -67,7 +68,7 @@ def summarise(trials: list[Trial], left_out: frozenset[str] = frozenset()) -> di
         },
         "groups": [group_summary(key, groups[key]) for key in sorted(groups)],
         "uplift": task_uplifts(groups),
-        "overall": overall_uplifts(groups, left_out),
+        "overall": overall_uplifts(groups, left_out or {}),
     }
 
 
@@ -132,10 +133,10 @@ def task_uplifts(groups: dict[tuple[str, str, str], list[Trial]]) -> list[dict]:
 
 
 def overall_uplifts(
-    groups: dict[tuple[str, str, str], list[Trial]], left_out: frozenset[str] = frozenset()
+    groups: dict[tuple[str, str, str], list[Trial]], left_out: Mapping[str, str]
 ) -> list[dict]:
     """Per agent: the mean per-task uplift over the tasks it ran in both conditions, but those
-    in `left_out`."""
+    in `left_out` (listed with why, {task: reason})."""
     by_agent: dict[str, list[tuple[str, list[Trial], list[Trial]]]] = defaultdict(list)
     skipped: dict[str, list[str]] = defaultdict(list)
     for agent, task, skill, no_skill in _pairs(groups):
@@ -148,7 +149,7 @@ def overall_uplifts(
         row: dict = {
             "agent": agent,
             "tasks": [task for task, _, _ in tasks],
-            "left_out": sorted(skipped[agent]),
+            "left_out": {task: left_out[task] for task in sorted(skipped[agent])},
         }
         for name in ("reward", "seconds"):
             pairs = []

@@ -37,6 +37,31 @@ def test_a_blind_trial_labels_by_the_reward_and_minutes_without_the_skill():
     assert difficulty.trial_label(difficulty.Trial(0.45, 30)) == "hard"
 
 
+def test_one_quick_full_pass_among_several_trials_makes_a_task_easy():
+    """Issue: a task a no-skill agent fully solves in under 10 minutes is retired or hardened,
+    so one such trial counts even where the mean of its round is slower."""
+    assert difficulty.trial_label(difficulty.Trial(1.0, 13.1, fastest_full=3.7)) == "easy"
+    assert difficulty.trial_label(difficulty.Trial(0.9, 12, fastest_full=9.9)) == "easy"
+    assert difficulty.trial_label(difficulty.Trial(1.0, 13.1, fastest_full=12)) == "medium"
+
+
+def test_the_report_leaves_out_the_tasks_solved_by_reading_and_the_diff_solvable_forks():
+    """The headline uplift is over the tasks that measure the skill: an easy-by-trial task (a
+    no-skill agent fixed every bug in minutes) and a diff-solvable fork keep their own rows
+    and are named, with why, beside the overall figure."""
+    reasons = difficulty.left_out_of_uplift(SPECS)
+    for spec in SPECS:
+        trials = difficulty.recorded_trials(spec)
+        quick = "no_skill" in trials and difficulty.trial_label(trials["no_skill"]) == "easy"
+        if difficulty.diff_solvable(spec):
+            assert reasons[spec.id] == "diff-solvable"
+        elif quick:
+            assert reasons[spec.id] == "solved by reading"
+        else:
+            assert spec.id not in reasons
+    assert reasons["user-loo-clip"] == "solved by reading"  # 3.7 min in one of its two trials
+
+
 def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path):
     """The target is the conventions YAML that `declare_user_conventions` writes, and the
     release the task pins comes first on the child's path."""
@@ -138,7 +163,7 @@ def test_the_command_remeasures_a_task_as_recorded_and_says_when_its_label_is_st
 def test_write_keeps_the_trials_and_their_label(tmp_path):
     """A new measurement replaces the checker and baseline figures, never the blind trials, and
     the label stays the trials'."""
-    shipped = load_task(TASKS_DIR / "rz-succ-temperature")
+    shipped = load_task(TASKS_DIR / "user-loo-clip")  # two trials a condition: fastest_full
     trials = difficulty.recorded_trials(shipped)
     folder = tmp_path / shipped.id
     shutil.copytree(shipped.folder, folder)

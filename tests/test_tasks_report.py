@@ -91,12 +91,12 @@ def test_a_diff_solvable_task_keeps_its_row_but_leaves_the_overall_uplift():
         trial("own", "no-skill", 0.5),
         trial("own", "skill", 0.75),
     ]
-    summary = summarise(trials, left_out=frozenset({"fork"}))
+    summary = summarise(trials, left_out={"fork": "diff-solvable"})
     assert {row["task"] for row in summary["uplift"]} == {"fork", "own"}
     (overall,) = summary["overall"]
-    assert overall["tasks"] == ["own"] and overall["left_out"] == ["fork"]
+    assert overall["tasks"] == ["own"] and overall["left_out"] == {"fork": "diff-solvable"}
     assert overall["reward"]["delta"] == pytest.approx(0.25)
-    assert "left out as diff-solvable: fork" in render_tables(summary)
+    assert "left out: fork (diff-solvable)" in render_tables(summary)
     assert summarise(trials)["overall"][0]["reward"]["delta"] == pytest.approx((1.0 + 0.25) / 2)
 
 
