@@ -45,6 +45,25 @@ from reference_impl.protocol import (
 )
 
 CONVENTION_ALIASES = {"epsilon": "epsilon_low"}  # TRL's GRPOConfig name for the lower clip range
+# Other trainers' names for a convention this one calls otherwise: an unknown key names its match.
+FOREIGN_KEYS = {
+    "clip_ratio_c": "delta (dual-clip PPO's c caps the ratio of a negative advantage, as TRL's"
+    " delta caps the unclipped ratio: the same bound)",
+    "eps_clip_c": "delta (dual-clip PPO's c, as TRL's delta)",
+    "c_clip": "delta (dual-clip PPO's c, as TRL's delta)",
+    "dual_clip": "delta (dual-clip PPO's c, as TRL's delta)",
+    "clip_ratio_low": "epsilon_low",
+    "clip_ratio_high": "epsilon_high",
+    "eps_clip": "epsilon_low",
+    "eps_clip_high": "epsilon_high",
+    "eps_clip_higher": "epsilon_high",
+    "kl_coef": "beta",
+    "kl_loss_coef": "beta",
+    "kl_ctl": "beta (or kl_placement: reward for a KL in the reward)",
+    "kl_loss_type": "kl_estimator",
+    "kl_penalty": "kl_estimator",
+    "kl_tau": "drift_penalty (a penalty towards the sampling policy) or beta",
+}
 YAML_KEYS = {
     "module",
     "path",
@@ -332,9 +351,12 @@ def normalise_config(config: object, source: str, hint: str = "") -> dict[str, o
     for key, value in config.items():
         key = CONVENTION_ALIASES.get(key, key)
         if key not in DEFAULTS:
-            raise TargetError(
-                f"{source}: unknown config key {key!r}; known: {sorted(DEFAULTS)}{hint}"
-            )
+            if key in FOREIGN_KEYS:
+                raise TargetError(
+                    f"{source}: unknown config key {key!r}: here it is {FOREIGN_KEYS[key]}{hint}"
+                )
+            known = sorted([*DEFAULTS, *CONVENTION_ALIASES])
+            raise TargetError(f"{source}: unknown config key {key!r}; known: {known}{hint}")
         if key == "scale_rewards" and isinstance(value, bool):
             value = "group" if value else "none"  # TRL before 0.21 took a bool (True: group std)
         allowed = CONVENTION_VALUES.get(key)

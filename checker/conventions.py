@@ -23,6 +23,8 @@ AGG_MODE_RULES = {
     "seq-mean-token-mean": "grpo",
     "seq-mean-token-sum-norm": "dr_grpo",
 }
+# The loss types whose per-token form is not PPO's clipped surrogate.
+FORM_LOSS_TYPES = ("cispo", "sapo")
 # The rules that average over rows, where the empty-row convention changes the divisor.
 ROW_MEAN_RULES = ("grpo", "sapo", "dr_grpo", "seq-sum")
 # Largest advantage epsilon that is a convention rather than a bug (catalog: TRL 1e-4, verl 1e-6,
@@ -101,7 +103,19 @@ def advantages(
     values = torch.nan_to_num(centred / divisor, nan=0.0)
     dropped = reward_spans(rewards, num_generations) < float(config["min_reward_span"])
     values = values.masked_fill(dropped.repeat_interleave(num_generations), 0.0)
-    return values.to(rewards.dtype)
+    return whitened(values, config).to(rewards.dtype)
+
+
+def whitened(values: torch.Tensor, config: dict) -> torch.Tensor:
+    """The group step's advantages after the declared `advantage_whitening`: unchanged, or
+    (A - batch mean) / (batch std + epsilon) with the std estimator and epsilon of the group step
+    (AReaL's adv_norm; Bessel where the group step leaves one out)."""
+    if config["advantage_whitening"] == "none":
+        return values
+    flat = values.double().view(1, -1)
+    estimator = "population" if config["std_estimator"] == "population" else "bessel"
+    std = group_std(flat, estimator).reshape(())
+    return (values.double() - flat.mean()) / (std + float(config["advantage_epsilon"]))
 
 
 def reward_spans(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -120,6 +134,7 @@ def is_trl_advantage(config: dict) -> bool:
         "baseline",
         "std_estimator",
         "min_reward_span",
+        "advantage_whitening",
     )
     return all(config[k] == DEFAULTS[k] for k in keys)
 
@@ -172,10 +187,14 @@ def epsilon_words(placement: str, epsilon: float) -> str:
 
 
 def aggregation_rule(config: dict, loss_type: str | None = None) -> str:
-    """The aggregation formula in force: the declared verl `loss_agg_mode`, else the loss type's."""
+    """The aggregation formula `loss_type` (None: the candidate's own) is taken with: the declared
+    verl `loss_agg_mode` for the own loss, else the loss type's own rule (TRL); under
+    `form_aggregation: own`, cispo and sapo take the own loss's rule."""
     own = loss_type is None or loss_type == config["loss_type"]
     if own and config["loss_agg_mode"]:
         return AGG_MODE_RULES[config["loss_agg_mode"]]
+    if not own and loss_type in FORM_LOSS_TYPES and config["form_aggregation"] == "own":
+        return aggregation_rule(config)
     return loss_type or config["loss_type"]
 
 

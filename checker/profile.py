@@ -206,7 +206,48 @@ def _fit_scaled_advantages(rewards, seen, profile: Profile) -> None:
                 )
                 profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
             return
+    if _fit_whitened(rewards, seen, profile):
+        return
     profile.findings.append("advantages: match no (r - baseline) / (std + eps) formula")
+
+
+WHITENING_EPSILONS = (1e-4, 1e-5, 1e-6, 1e-8, 0.0)
+
+
+def _fit_whitened(rewards, seen, profile: Profile) -> bool:
+    """advantage_whitening: batch when `seen` is a group formula (baseline, std estimator, one
+    of the usual epsilons) whose result is then centred and scaled over the batch (AReaL)."""
+    import torch
+
+    from checker import conventions
+
+    for baseline in ("mean", "leave_one_out"):
+        for estimator in ("bessel", "population", "leave_one_out"):
+            for placement in ("std", "sqrt"):
+                for epsilon in WHITENING_EPSILONS:
+                    config = {
+                        **DEFAULTS,
+                        "baseline": baseline,
+                        "std_estimator": estimator,
+                        "advantage_epsilon_placement": placement,
+                        "advantage_epsilon": epsilon,
+                        "advantage_whitening": "batch",
+                    }
+                    fitted = conventions.advantages(rewards, 4, config, "group").double()
+                    # atol 1e-4: a reward rescaled in fp32 first (AReaL's (r - 0.5) * 10) shifts
+                    # these O(1) values by ~3e-5; the neighbouring epsilons differ by >= 4e-4
+                    if not torch.allclose(seen, fitted, rtol=1e-4, atol=1e-4):
+                        continue
+                    _set_baseline(profile, baseline)
+                    how = "A = (r - baseline) / f(std) fits this std, then over the batch"
+                    profile.set("std_estimator", estimator, how)
+                    words = conventions.epsilon_words(placement, epsilon)
+                    profile.set("advantage_epsilon", epsilon, f"fitted: {words}")
+                    profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
+                    how = "the group formula's advantages centred and divided by their batch std"
+                    profile.set("advantage_whitening", "batch", how)
+                    return True
+    return False
 
 
 def probe_masking(candidate, profile: Profile) -> None:
@@ -687,7 +728,7 @@ def _probe_empty_batch(fn, profile: Profile) -> None:
 
 
 def probe_clipping(candidate, profile: Profile) -> None:
-    """The clip range, from which tokens get zero gradient at ratios 0.70..1.30 (steps of 1e-4,
+    """The clip range, from which tokens get zero gradient at ratios 0.40..1.60 (steps of 1e-4,
     so a bound such as 0.272 is read to its fourth decimal), then cispo's cap."""
     import inspect
 
@@ -702,9 +743,9 @@ def probe_clipping(candidate, profile: Profile) -> None:
     parameters = inspect.signature(fn).parameters
     if "old_per_token_logps" not in parameters:
         return
-    steps = 6000
+    steps = 12000
     # midway between the 4-decimal bounds: float32's error in exp(logp - old) is ~1e-7 of r
-    ratios = 0.70005 + 1e-4 * torch.arange(steps, dtype=torch.float64)
+    ratios = 0.40005 + 1e-4 * torch.arange(steps, dtype=torch.float64)
     logps = -torch.rand(2, steps, generator=torch.Generator().manual_seed(1)) - 0.1
     old = (logps.double() - ratios.log()).float()
     leaf = logps.clone().requires_grad_(True)
@@ -723,7 +764,7 @@ def probe_clipping(candidate, profile: Profile) -> None:
     clipped_low = ratios[grad[1] == 0]
     if not (len(clipped_high) and len(clipped_low)):
         profile.findings.append(
-            "clipping: no PPO ratio band: no ratio in 0.7..1.3 has its gradient clipped for"
+            "clipping: no PPO ratio band: no ratio in 0.4..1.6 has its gradient clipped for"
             f" A {'> 0' if not len(clipped_high) else '< 0'}; a trust region of another form"
             " (DPPO's band on probability differences, say) is declared custom: {clipping: <why>}"
         )
@@ -795,9 +836,10 @@ def _takes(fn, keyword: str) -> bool:
 
 
 def probe_kl(candidate, profile: Profile) -> None:
-    """The KL estimator, from per_token_kl at d = ref - logp in {-0.5, 0.3}; nothing when the
-    candidate cannot compute it (NotImplementedError: a subclass's own loss whose KL term cannot
-    be measured by value), as the per_token_kl checks then skip."""
+    """The KL estimator, from per_token_kl at d = ref - logp in {-0.5, 0.3, 3} (at 3, k3 is 16.1
+    and verl's low_var_kl its clamp, 10); nothing when the candidate cannot compute it
+    (NotImplementedError: a subclass's own loss whose KL term cannot be measured by value), as
+    the per_token_kl checks then skip."""
     import torch
 
     from checker import conventions
@@ -806,8 +848,8 @@ def probe_kl(candidate, profile: Profile) -> None:
     fn = candidate.functions.get("per_token_kl")
     if fn is None:
         return
-    logps = torch.tensor([[-1.0, -2.0]])
-    d = torch.tensor([[-0.5, 0.3]], dtype=torch.float64)
+    logps = torch.tensor([[-1.0, -2.0, -4.0]])
+    d = torch.tensor([[-0.5, 0.3, 3.0]], dtype=torch.float64)
     try:
         seen = fn(logps, logps + d.float()).detach().double()
     except NotImplementedError:

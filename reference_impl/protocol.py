@@ -91,6 +91,10 @@ ADVANTAGE_BASELINES = ("mean", "leave_one_out")
 # Bessel std of the G - 1 other members (NeMo-RL), 0 when they are all equal, and then the centred
 # reward is not divided (NeMo-RL: "don't sharpen the ones with no variation").
 STD_ESTIMATORS = ("bessel", "population", "leave_one_out")
+# A second normalisation after the group step: none (TRL), or the advantages centred and divided
+# by their std over the whole batch, with the same std estimator (Bessel for leave_one_out) and
+# epsilon (AReaL's GRPO default, adv_norm batch/batch; REINFORCE++-baseline, arXiv:2501.03262).
+ADVANTAGE_WHITENINGS = ("none", "batch")
 # The smallest spread of rewards (max - min) a group needs to be trained on: a group below it
 # gets zero advantages, as if dropped (simple_GRPO skips a group whose rewards span < 1e-4, < 0.01 in its v1 variant; DAPO's
 # dynamic sampling drops groups whose accuracy is all 0 or all 1, span 0, which TRL's formula
@@ -130,6 +134,13 @@ KL_ESTIMATORS = ("k3", "k1", "k2", "mse", "low_var_kl", "abs")
 # or by a verl aggregation rule of its own, added apart from the policy term (OpenRLHF's
 # `kl_loss = masked_mean(kl, action_mask)`, a token mean beside a per-sequence GSPO term).
 KL_AGGREGATIONS = (None, *LOSS_AGG_MODES)
+# How the loss types that change PPO's per-token form (cispo, sapo) are aggregated: by their
+# own TRL rules (cispo's token mean over num_items_in_batch, sapo's row means), or the way the
+# candidate aggregates its own loss (its loss_agg_mode, else its loss_type's rule): verl's actor,
+# slime and AReaL pass a cispo or sapo loss through the aggregation their PPO loss takes. The
+# loss types that differ from PPO's only in their aggregation (grpo, bnpo, dr_grpo, dapo) keep
+# theirs either way.
+FORM_AGGREGATIONS = ("loss_type", "own")
 # Where the KL penalty goes: a per-token term of the loss (TRL, verl `use_kl_loss`), or a
 # detached penalty on the reward (verl `use_kl_in_reward`, OpenRLHF), which the loss never sees.
 KL_PLACEMENTS = ("loss", "reward")
@@ -198,11 +209,14 @@ DEFAULTS: dict[str, object] = {
     "baseline": "mean",
     "std_estimator": "bessel",
     "min_reward_span": 0.0,
+    "advantage_whitening": "none",
     "nan_rewards": "excluded",
     "empty_rows": "counted",
     "empty_batch_normaliser": "clamped",
     # None: the aggregation follows loss_type; a verl name overrides it.
     "loss_agg_mode": None,
+    # cispo's and sapo's aggregation: their own (TRL), or the candidate's own loss's.
+    "form_aggregation": "loss_type",
     # seq-mean-token-sum-norm's divisor; None means the completion length T.
     "loss_scale_factor": None,
     "kl_estimator": "k3",
@@ -229,10 +243,12 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "advantage_epsilon_placement": ADVANTAGE_EPSILON_PLACEMENTS,
     "baseline": ADVANTAGE_BASELINES,
     "std_estimator": STD_ESTIMATORS,
+    "advantage_whitening": ADVANTAGE_WHITENINGS,
     "nan_rewards": NAN_REWARD_POLICIES,
     "empty_rows": EMPTY_ROW_POLICIES,
     "empty_batch_normaliser": EMPTY_BATCH_NORMALISERS,
     "loss_agg_mode": (None, *LOSS_AGG_MODES),
+    "form_aggregation": FORM_AGGREGATIONS,
     "kl_estimator": KL_ESTIMATORS,
     "kl_placement": KL_PLACEMENTS,
     "kl_aggregation": KL_AGGREGATIONS,

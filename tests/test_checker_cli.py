@@ -137,6 +137,8 @@ def test_candidate_that_cannot_load_exits_2_with_one_line(tmp_path, name, source
         ("bad.yaml", "module: [unclosed\n", "malformed YAML"),
         ("keys.yaml", "module: x\nfunctionz: {}\n", "unknown key(s) ['functionz']"),
         ("conv.yaml", "module: x\nconfig: {loss_typ: grpo}\n", "unknown config key 'loss_typ'"),
+        # verl's, slime's and AReaL's dual clip: the key names what it is here
+        ("dual.yaml", "module: x\nconfig: {clip_ratio_c: 3.0}\n", "here it is delta"),
         # A field of a subclass's own config class (a blind agent put `style_gate` here).
         (
             "team.yaml",

@@ -101,6 +101,7 @@ CITED_LINES = {
     3116: "coef_1 = torch.clamp(coef_1, max=self.args.delta)",
     3153: 'if self.loss_type in ["grpo", "sapo"]:',
     3154: "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()",
+    3170: 'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
 }
 
 

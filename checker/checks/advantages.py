@@ -244,6 +244,9 @@ def groups_are_centred(ctx: Context) -> None:
 @check("advantages", "compute_advantages")
 def other_groups_do_not_matter(ctx: Context) -> None:
     """A group's advantages do not change when the other groups' rewards change (scale_rewards group/none)."""
+    ctx.skip_unless(
+        "advantage_whitening", "none", why="the declared batch statistics use the other groups"
+    )
     mode = "group" if ctx.config["scale_rewards"] == "batch" else None
     G = 4
     rewards = torch.cat([torch.tensor([0.0, 1.0, 0.5, 1.0]), ctx.rand(8)])
@@ -264,16 +267,34 @@ def constant_group_is_zero(ctx: Context) -> None:
     """A group whose rewards are all equal (0.35, 0.95, 0, 1) gets advantages 0: within 1e-3, or within its fp32 residue over the declared divisor where that is larger."""
     G = 8
     rewards = torch.tensor([0.35] * G + [0.95] * G + [0.0] * G + [1.0] * G)
+    whitening = ctx.config["advantage_whitening"] != "none"
+    if whitening:  # one spread group (exact in fp32), so the batch std is not fp32 residue
+        rewards = torch.cat([rewards, torch.tensor([0.0, 1.0] * (G // 2))])
     seen = _advantages(ctx, rewards, G).double()
     allowed = constant_group_allowance(rewards, G, ctx.config)
+    if whitening:  # (a - batch mean) / batch std: each residue plus the mean's, over the std
+        spread = conventions.advantages(rewards, G, ctx.config | {"advantage_whitening": "none"})
+        batch_std = float(spread.double().std())
+        allowed = (allowed + allowed[:-G].max()) / batch_std
+        seen, allowed, rewards = seen[:-G], allowed[:-G], rewards[:-G]
     excess = (seen.abs() / allowed).nan_to_num(math.inf)
     if not (excess > 1).any():
         return
     i = int(excess.argmax())
+    cause = "zero-variance groups are not centred (baseline not the group mean) or NaN from 0/0"
+    for epsilon in (1e-5, 1e-6, 1e-8):  # verl's 1e-6, small loops' 1e-8
+        smaller = constant_group_allowance(rewards, G, ctx.config | {"advantage_epsilon": epsilon})
+        if bool((seen.abs() <= smaller).all()):
+            cause = (
+                f"fp32's residue of the group mean divided by an epsilon of {epsilon:g} or less:"
+                " the baseline is the group mean, and if your epsilon is that small, declare"
+                " advantage_epsilon"
+            )
+            break
     raise CheckFailure(
         f"|A| <= {fmt(float(allowed[i]))} for a constant group of {float(rewards[i]):g}",
         f"|A| {fmt(float(seen[i]))}",
-        "zero-variance groups are not centred (baseline not the group mean) or NaN from 0/0",
+        cause,
     )
 
 
@@ -310,6 +331,12 @@ def fp32_noise(rewards: torch.Tensor, G: int) -> torch.Tensor:
 @check("advantages", "compute_advantages")
 def lone_member_and_unrepresentable_rewards(ctx: Context) -> None:
     """Groups fp32 does not flatter (0.3 x 7 with one 1.0, 0.35/0.95, near-constant 10.001/10.0) give the formula's advantages within fp32 noise; a lone differing member is not amplified."""
+    ctx.skip_unless(
+        "advantage_whitening",
+        "none",
+        why="the batch step spreads these groups' fp32 noise over every member;"
+        " matches_reference checks the values",
+    )
     G = 8
     rewards = torch.tensor([r for group in HARD_GROUPS for r in group])
     seen = _advantages(ctx, rewards, G).double()
@@ -402,6 +429,9 @@ def bounded_by_sqrt_group_size(ctx: Context) -> None:
             "std_estimator: leave_one_out (a member whose others nearly agree gets a tiny std:"
             " no such bound; lone_member_and_unrepresentable_rewards checks the values)"
         )
+    ctx.skip_unless(
+        "advantage_whitening", "none", why="rescaled over the batch: no per-group bound"
+    )
     mode = "group" if ctx.config["scale_rewards"] != "group" else None
     G = 8
     rewards = torch.tensor([1.0] + [0.0] * 7 + [5.0] * 7 + [-3.0])

@@ -109,6 +109,16 @@ def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
 
         expected = formula(rule)
         causes = {}
+        own_rule = conventions.aggregation_rule(ctx.config)
+        trl_form = ctx.config["form_aggregation"] == "loss_type"
+        if not own and loss_type in conventions.FORM_LOSS_TYPES and trl_form and own_rule != rule:
+            # first: the one cause no loss_type's TRL rule explains
+            named = NAMES.get(own_rule, own_rule)
+            causes[
+                f"{loss_type} is aggregated the way your own loss is, {named}, not as TRL"
+                f" aggregates {loss_type}: if your trainer gives cispo and sapo its own loss's"
+                " aggregation (verl's actor, slime, AReaL do), declare form_aggregation: own"
+            ] = formula(own_rule)
         same_rule = {"cispo": "dapo", "sapo": "grpo"}.get(rule, rule)
         for other in CLIPPED_LOSS_TYPES:
             if other != same_rule and not (
@@ -130,6 +140,20 @@ def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
         if rule in conventions.ROW_MEAN_RULES and 0 in lengths:
             flipped = "counted" if empty_rows == "excluded" else "excluded"
             causes[_EMPTY_ROW_CAUSE[flipped]] = formula(rule, empty_rows=flipped)
+        if (
+            not reinforce
+            and rule in ("bnpo", "dapo", "cispo")
+            and num_items is None
+            and 0 in lengths
+        ):
+            # the token count summed from per-row counts each clamped to >= 1
+            counts = mask.double().sum(1).clamp(min=1).sum()
+            token = _token_loss(form, logps.double(), ADVANTAGES).detach()
+            phantom = (token * mask.double()).sum() / counts
+            causes[
+                "each fully masked row adds a token to the count: the per-row token counts are"
+                " clamped to >= 1 before they are summed (clamp the sum instead)"
+            ] = phantom.reshape(1)
         if not reinforce and rule in ("grpo", "sapo") and 0 in lengths:
             # the row's token mean with its count unclamped: 0 / 0 on the empty row, so NaN
             grpo_unclamped = (-ADVANTAGES.double().unsqueeze(1) * mask).sum(1) / mask.sum(1)
@@ -206,33 +230,44 @@ def other_loss_types_match_formula(ctx: Context) -> None:
 # fails here too, by the factor tau / 4, and is diagnosed there.
 @check("loss_aggregation", "compute_loss", depends_on=("ratio", "clipping"))
 def sapo_gradient_matches_formula(ctx: Context) -> None:
-    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded)."""
+    """sapo on policy: dL/dlogp = -A / (row token count) / B, the seq-mean-token-mean weights (sapo's gate slope is 1/4 * 4 at r = 1; B counts non-empty rows under empty_rows: excluded; under form_aggregation: own, the weights of the candidate's own loss's aggregation)."""
     lengths = _lengths(ctx)
     logps = random_logps(ctx.gen, len(lengths), WIDTH)
     mask = unequal_mask(lengths, WIDTH)
     _, grad = loss_and_grad(
         ctx, logps, ADVANTAGES, mask, loss_type="sapo", importance_sampling_level="token"
     )
-    m = mask.double()
-    rows = m.size(0)
-    if ctx.config["empty_rows"] == "excluded":
-        rows = int((m.sum(1) > 0).sum())
-    expected = -ADVANTAGES.double().unsqueeze(1) * m / m.sum(1, keepdim=True).clamp(min=1) / rows
-    other = -ADVANTAGES.double().unsqueeze(1) * m / m.sum().clamp(min=1)
-    assert_close(
-        grad,
-        expected,
-        atol=1e-8,
-        rtol=1e-5,
-        what="sapo gradients",
-        causes={
-            "sapo is aggregated as a token mean, not seq-mean-token-mean like grpo": other,
-            # A < 0 on every row: the gate's slope at r = 1 is tau_neg / 4 without its 4 / tau
-            "the sapo gate lacks its 4 / tau factor (see clipping.sapo_gate_scale)": expected
-            * ctx.config["sapo_temperature_neg"]
-            / 4,
-        },
+    rule = conventions.aggregation_rule(ctx.config, "sapo")
+
+    def weights(rule: str) -> torch.Tensor:
+        """dL/dlogp of -A * logp aggregated by `rule`: sapo's on-policy gradient."""
+        leaf = logps.detach().double().requires_grad_(True)
+        total = aggregate(
+            -ADVANTAGES.double().unsqueeze(1) * leaf,
+            mask,
+            rule,
+            max_len=ctx.config["max_completion_length"],
+            empty_rows=ctx.config["empty_rows"],
+        )
+        return torch.autograd.grad(total, leaf)[0]
+
+    expected = weights(rule)
+    causes = {}
+    own_rule = conventions.aggregation_rule(ctx.config)
+    if ctx.config["form_aggregation"] == "loss_type" and own_rule != rule:
+        causes[
+            f"sapo is aggregated the way your own loss is, {NAMES.get(own_rule, own_rule)}, not"
+            " seq-mean-token-mean as TRL aggregates sapo: if your trainer gives cispo and sapo"
+            " its own loss's aggregation (verl's actor, slime, AReaL do), declare"
+            " form_aggregation: own"
+        ] = weights(own_rule)
+    if rule != "bnpo":
+        causes[f"sapo is aggregated as a token mean, not {NAMES.get(rule, rule)}"] = weights("bnpo")
+    # A < 0 on every row: the gate's slope at r = 1 is tau_neg / 4 without its 4 / tau
+    causes["the sapo gate lacks its 4 / tau factor (see clipping.sapo_gate_scale)"] = (
+        expected * ctx.config["sapo_temperature_neg"] / 4
     )
+    assert_close(grad, expected, atol=1e-8, rtol=1e-5, what="sapo gradients", causes=causes)
 
 
 def _loss_with_old_and_ref(ctx: Context, logps, old, ref, mask):
