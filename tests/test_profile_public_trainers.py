@@ -56,3 +56,13 @@ def test_a_constant_group_over_a_tiny_undeclared_epsilon_names_the_epsilon(tmp_p
     assert "fp32's residue of the group mean divided by an epsilon of 1e-05 or less" in (
         result.message
     )
+
+
+def test_the_hard_groups_over_a_usual_undeclared_epsilon_name_it(tmp_path):
+    """SkyRL's 1e-6: fp32 noise keeps the epsilon fit from reading it off these groups, so the
+    check tries the usual ones."""
+    (tmp_path / "candidate.py").write_text(SMALL_EPSILON)
+    results = check_results(tmp_path / "candidate.py", ("advantages",))
+    result = results["advantages.lone_member_and_unrepresentable_rewards"]
+    assert result.status == "fail", result.message
+    assert "declare advantage_epsilon: 1e-6" in result.message

@@ -358,6 +358,7 @@ def lone_member_and_unrepresentable_rewards(ctx: Context) -> None:
         cause
         or _residue_cause(ctx, rewards, G, seen, i)
         or epsilon_cause(rewards, G, seen.float(), ctx.config)
+        or _usual_epsilon_cause(ctx, rewards, G, seen)
     )
     group = rewards.view(-1, G)[i // G]
     raise CheckFailure(
@@ -365,6 +366,27 @@ def lone_member_and_unrepresentable_rewards(ctx: Context) -> None:
         f"{fmt(float(seen[i]))} ({int((excess > 1).sum())} of {len(seen)} outside fp32 noise)",
         cause,
     )
+
+
+def _usual_epsilon_cause(ctx: Context, rewards: torch.Tensor, G: int, seen: torch.Tensor) -> str:
+    """The cause when `seen` is these groups' formula with another of the usual epsilons (verl's
+    1e-6, AReaL's 1e-5, small loops' 1e-8), which fp32 noise keeps fit_epsilon from reading."""
+    declared = float(ctx.config["advantage_epsilon"])
+    for epsilon in (1e-5, 1e-6, 1e-8):
+        if epsilon == declared:
+            continue
+        config = ctx.config | {"advantage_epsilon": epsilon}
+        centred, divisor = conventions.advantage_parts(rewards, G, config)
+        expected = (centred / divisor).nan_to_num(0.0)
+        tolerance = fp32_noise(rewards, G) / divisor * (1 + expected.abs()) + 1e-6
+        if bool(((seen - expected).abs() <= tolerance).all()):
+            words = conventions.epsilon_words(ctx.config["advantage_epsilon_placement"], epsilon)
+            return (
+                f"the values are these groups' formula with {words}, not"
+                f" {conventions.short(declared)}; if intended, declare advantage_epsilon:"
+                f" {conventions.short(epsilon)}"
+            )
+    return ""
 
 
 def _residue_cause(ctx: Context, rewards: torch.Tensor, G: int, seen: torch.Tensor, i: int) -> str:
