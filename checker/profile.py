@@ -221,32 +221,39 @@ def _fit_whitened(rewards, seen, profile: Profile) -> bool:
 
     from checker import conventions
 
-    for baseline in ("mean", "leave_one_out"):
-        for estimator in ("bessel", "population", "leave_one_out"):
-            for placement in ("std", "sqrt"):
-                for epsilon in WHITENING_EPSILONS:
-                    config = {
-                        **DEFAULTS,
-                        "baseline": baseline,
-                        "std_estimator": estimator,
-                        "advantage_epsilon_placement": placement,
-                        "advantage_epsilon": epsilon,
-                        "advantage_whitening": "batch",
-                    }
-                    fitted = conventions.advantages(rewards, 4, config, "group").double()
-                    # atol 1e-4: a reward rescaled in fp32 first (AReaL's (r - 0.5) * 10) shifts
-                    # these O(1) values by ~3e-5; the neighbouring epsilons differ by >= 4e-4
-                    if not torch.allclose(seen, fitted, rtol=1e-4, atol=1e-4):
-                        continue
-                    _set_baseline(profile, baseline)
-                    how = "A = (r - baseline) / f(std) fits this std, then over the batch"
-                    profile.set("std_estimator", estimator, how)
-                    words = conventions.epsilon_words(placement, epsilon)
-                    profile.set("advantage_epsilon", epsilon, f"fitted: {words}")
-                    profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
-                    how = "the group formula's advantages centred and divided by their batch std"
-                    profile.set("advantage_whitening", "batch", how)
-                    return True
+    forms = [
+        (scale, baseline, estimator, placement, epsilon)
+        for scale in ("group", "none")  # none: REINFORCE++-baseline, centred, then whitened
+        for baseline in ("mean", "leave_one_out")
+        for estimator in ("bessel", "population", "leave_one_out")
+        for placement in ("std", "sqrt")
+        for epsilon in WHITENING_EPSILONS
+    ]
+    for scale, baseline, estimator, placement, epsilon in forms:
+        config = {
+            **DEFAULTS,
+            "baseline": baseline,
+            "std_estimator": estimator,
+            "advantage_epsilon_placement": placement,
+            "advantage_epsilon": epsilon,
+            "advantage_whitening": "batch",
+        }
+        fitted = conventions.advantages(rewards, 4, config, scale).double()
+        # atol 1e-4: a reward rescaled in fp32 first (AReaL's (r - 0.5) * 10) shifts
+        # these O(1) values by ~3e-5; the neighbouring epsilons differ by >= 4e-4
+        if not torch.allclose(seen, fitted, rtol=1e-4, atol=1e-4):
+            continue
+        if scale == "none":
+            profile.set("scale_rewards", "none", "A = r - baseline, then over the batch")
+        _set_baseline(profile, baseline)
+        how = "A = (r - baseline) / f(std) fits this std, then over the batch"
+        profile.set("std_estimator", estimator, how)
+        words = conventions.epsilon_words(placement, epsilon)
+        profile.set("advantage_epsilon", epsilon, f"fitted: {words}")
+        profile.set("advantage_epsilon_placement", placement, "fitted with the epsilon")
+        how = "the group formula's advantages centred and divided by their batch std"
+        profile.set("advantage_whitening", "batch", how)
+        return True
     return False
 
 
@@ -337,11 +344,33 @@ def probe_loss(candidate, profile: Profile) -> None:
                     )
                     if not empty_row:
                         return  # an all-masked batch fails for the same reason: one finding
+                    _probe_row_mean_empty_row(fn, candidate, profile, (leaf, advantages, mask))
                     if rule not in conventions.ROW_MEAN_RULES:
                         _probe_empty_rows(fn, profile, form, (leaf, advantages, mask))
                     _probe_empty_batch(fn, profile)
                     return
     profile.findings.append(f"loss_aggregation: loss {value:.6g} matches no known aggregation")
+
+
+def _probe_row_mean_empty_row(fn, candidate, profile: Profile, inputs) -> None:
+    """A loss whose own aggregation never divides by a row's count (dr_grpo, a token mean) can
+    still divide 0 by 0 on an empty row under grpo's row means, which the checks also run
+    (oat's masked_mean): the same finding as for the own loss, naming grpo."""
+    import math
+
+    own = candidate.config["loss_type"]
+    if own in ("grpo", "sapo") or not _takes(fn, "loss_type"):
+        return
+    if "grpo" not in candidate.supported.get("loss_type", ["grpo"]):
+        return
+    seen = _loss_and_grad(fn, *inputs, loss_type="grpo")
+    if seen is not None and not math.isfinite(float(seen[0])):
+        profile.findings.append(
+            "loss_aggregation: with loss_type=grpo a fully masked row gives a non-finite loss: its"
+            " token count of 0 is divided by (TRL clamps it to >= 1); if your trainer never builds"
+            " one (every completion counts at least its EOS, none is masked out whole), declare"
+            " empty_rows: never"
+        )
 
 
 def _loss_and_grad(fn, logps, advantages, mask, **kwargs):
@@ -421,14 +450,14 @@ def _probe_ignored_loss_options(fn, candidate, profile: Profile, rule: str, inpu
         return
     _probe_ratio_level(fn, candidate, profile, inputs)
     _probe_ignored_ratio_level(fn, candidate, profile, inputs)
-    # Off policy, two tokens at ratio 3.0 with A < 0: the unclipped term is in force there, so a
-    # cap of 1.5 would bind; a loss without a cap is pinned to none.
+    # Off policy, a row at ratio 3.0 with A < 0: the unclipped term is in force there, so a cap
+    # of 1.5 would bind; a loss without a cap is pinned to none.
     if config["delta"] is not None or not _takes(fn, "delta"):
         return
     if 1.5 not in supported.get("delta", [1.5]):
         return  # the release has no cap: its checks skip already
     ratios = torch.ones_like(logps)
-    ratios[0, :2] = 3.0
+    ratios[0] = 3.0  # the whole row, so that a sequence-level (GSPO) ratio is 3 too
     old = logps - ratios.log()
     uncapped = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old)
     capped = _loss_and_grad(fn, logps, advantages, mask, old_per_token_logps=old, delta=1.5)

@@ -1,7 +1,8 @@
-"""What blind checks of public trainers (slime, AReaL, SkyRL) met in `profile` and a message:
-verl's low_var_kl read as k3 (they differ only past the clamp at 10), a symmetric clip of 0.4
-outside the clip probe's old range, and a constant group's fp32 residue over a tiny undeclared
-epsilon blamed on the baseline."""
+"""What blind checks of public trainers (slime, AReaL, SkyRL, OpenRLHF, oat, GRPO-Zero) met in
+`profile` and in the checks' messages: verl's low_var_kl read as k3 (they differ only past the
+clamp at 10), a symmetric clip of 0.4 outside the clip probe's old range, a constant group's fp32
+residue blamed on the baseline, an epsilon too small for fp32 accepted once declared, a swapped
+k3 called a constant factor, and a scorer without a temperature never compared at all."""
 
 from __future__ import annotations
 
@@ -66,3 +67,67 @@ def test_the_hard_groups_over_a_usual_undeclared_epsilon_name_it(tmp_path):
     result = results["advantages.lone_member_and_unrepresentable_rewards"]
     assert result.status == "fail", result.message
     assert "declare advantage_epsilon: 1e-6" in result.message
+
+
+SWAPPED_K3 = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 ref_per_token_logps=None, beta=0.0, epsilon_low=0.2, use_bias_correction_kl=False):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
+    if beta != 0.0:
+        d = per_token_logps - ref_per_token_logps
+        token = token + beta * (torch.exp(d) - d - 1)
+    return (token * mask).sum() / mask.sum().clamp(min=1)
+"""
+
+
+def test_a_swapped_k3_in_the_loss_names_the_direction_in_the_gradient_check(tmp_path):
+    """oat's blind check planted it: loss_kl_gradient had said "off by a constant factor 0.6703"."""
+    (tmp_path / "candidate.py").write_text(SWAPPED_K3)
+    (tmp_path / "c.yaml").write_text(
+        "path: candidate.py\nconfig:\n  clipping: symmetric\n  use_bias_correction_kl: false\n"
+    )
+    result = check_results(tmp_path / "c.yaml", ("kl",))["kl.loss_kl_gradient"]
+    assert result.status == "fail", result.message
+    assert "the k3 estimator's direction is swapped" in result.message
+
+
+def test_a_declared_epsilon_too_small_for_fp32_fails_the_constant_group(tmp_path):
+    """OpenRLHF's (r - mean) / (std + 1e-9): declared, a constant group of 0.35 still gets |A| ~30
+    from the mean's fp32 residue; verl's 1e-6 (|A| < 0.1) passes (test_checker_friction)."""
+    (tmp_path / "candidate.py").write_text(SMALL_EPSILON.replace("1e-6", "1e-9"))
+    (tmp_path / "c.yaml").write_text("path: candidate.py\nconfig:\n  advantage_epsilon: 1.0e-9\n")
+    result = check_results(tmp_path / "c.yaml", ("advantages",))[
+        "advantages.constant_group_is_zero"
+    ]
+    assert result.status == "fail", result.message
+    assert "is too small for fp32" in result.message
+
+
+NO_TEMPERATURE = """
+import torch
+
+def completion_logps(logits, input_ids, completion_mask):
+    T = completion_mask.size(1)
+    picked = logits[:, -T - 1 : -1]SHIFT
+    logps = torch.log_softmax(picked.float(), -1).gather(-1, input_ids[:, -T:].unsqueeze(-1))
+    return logps.squeeze(-1) * completion_mask
+"""
+
+
+def test_a_scorer_without_a_temperature_is_checked_at_its_own_t_of_1(tmp_path):
+    """GRPO-Zero samples and scores at T = 1 and takes no temperature: its log-probs used to be
+    checked at T = 0.7 only, so the check skipped and a logit shift planted in it passed."""
+    (tmp_path / "candidate.py").write_text(NO_TEMPERATURE.replace("SHIFT", ""))
+    name = "logprobs.completion_logps_matches_reference"
+    assert check_results(tmp_path / "candidate.py", ("logprobs",))[name].status == "pass"
+    shifted = NO_TEMPERATURE.replace("[:, -T - 1 : -1]SHIFT", "[:, -T:]")
+    (tmp_path / "candidate.py").write_text(shifted)
+    result = check_results(tmp_path / "candidate.py", ("logprobs",))[name]
+    assert result.status == "fail" and "at T=1" in result.message, result.message
+    assert "off by one" in result.message

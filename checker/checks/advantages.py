@@ -25,6 +25,10 @@ NAN = math.nan
 # constant group of 0.95, so "zero" means below 1e-3 here, or below the residue over the divisor
 # of a candidate that declares a smaller epsilon (constant_group_allowance).
 CONSTANT_GROUP_TOLERANCE = 1e-3
+# Whatever epsilon is declared, a group with no signal may not get an advantage this large: an
+# epsilon far below fp32's resolution (OpenRLHF's 1e-9) turns the mean's rounding residue into
+# |A| ~30 on a group of 0.35s, as large as any real advantage.
+CONSTANT_GROUP_CAP = 1.0
 FP32_EPS = torch.finfo(torch.float32).eps
 
 
@@ -264,7 +268,7 @@ def other_groups_do_not_matter(ctx: Context) -> None:
 
 @check("advantages", "compute_advantages")
 def constant_group_is_zero(ctx: Context) -> None:
-    """A group whose rewards are all equal (0.35, 0.95, 0, 1) gets advantages 0: within 1e-3, or within its fp32 residue over the declared divisor where that is larger."""
+    """A group whose rewards are all equal (0.35, 0.95, 0, 1) gets advantages 0: within 1e-3, or within its fp32 residue over the declared divisor where that is larger, but never above 1 (CONSTANT_GROUP_CAP)."""
     G = 8
     rewards = torch.tensor([0.35] * G + [0.95] * G + [0.0] * G + [1.0] * G)
     whitening = ctx.config["advantage_whitening"] != "none"
@@ -277,12 +281,21 @@ def constant_group_is_zero(ctx: Context) -> None:
         batch_std = float(spread.double().std())
         allowed = (allowed + allowed[:-G].max()) / batch_std
         seen, allowed, rewards = seen[:-G], allowed[:-G], rewards[:-G]
-    excess = (seen.abs() / allowed).nan_to_num(math.inf)
+    capped = allowed.clamp(max=CONSTANT_GROUP_CAP)
+    excess = (seen.abs() / capped).nan_to_num(math.inf)
     if not (excess > 1).any():
         return
     i = int(excess.argmax())
     cause = "zero-variance groups are not centred (baseline not the group mean) or NaN from 0/0"
-    for epsilon in (1e-5, 1e-6, 1e-8):  # verl's 1e-6, small loops' 1e-8
+    residue_only = bool((seen.abs() <= allowed * (1 + 1e-6)).all())
+    if residue_only:  # the declared formula as fp32 computes it, but past the cap
+        declared = conventions.short(float(ctx.config["advantage_epsilon"]))
+        cause = (
+            f"the declared advantage_epsilon ({declared}) is too small for fp32: the group mean's"
+            " rounding residue over it gives a group with no signal a full-size advantage (use"
+            " >= 1e-6, or compute the group statistics in float64)"
+        )
+    for epsilon in () if residue_only else (1e-5, 1e-6, 1e-8):
         smaller = constant_group_allowance(rewards, G, ctx.config | {"advantage_epsilon": epsilon})
         if bool((seen.abs() <= smaller).all()):
             cause = (
@@ -292,7 +305,7 @@ def constant_group_is_zero(ctx: Context) -> None:
             )
             break
     raise CheckFailure(
-        f"|A| <= {fmt(float(allowed[i]))} for a constant group of {float(rewards[i]):g}",
+        f"|A| <= {fmt(float(capped[i]))} for a constant group of {float(rewards[i]):g}",
         f"|A| {fmt(float(seen[i]))}",
         cause,
     )

@@ -92,8 +92,8 @@ def zero_gradient_outside_band(ctx: Context) -> None:
     expected = pattern(1 + eps_high, 1 - eps_low)
     causes = {
         "no clipping at all: the unclipped term is used everywhere": torch.zeros_like(expected),
-        "max instead of min in -min(r A, clip(r) A)": (positive & (r < 1 - eps_low))
-        | (negative & (r > 1 + eps_high)),
+        "max instead of min in -min(r A, clip(r) A) (in the form max(-r A, -clip(r) A): min"
+        " instead of max)": (positive & (r < 1 - eps_low)) | (negative & (r > 1 + eps_high)),
         "the clip bounds are swapped (clamp(r, 1 + eps_high, 1 - eps_low))": (
             positive & (r > 1 - eps_low)
         )

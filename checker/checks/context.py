@@ -55,7 +55,8 @@ class Context:
         except NotImplementedError as error:
             # The candidate says it does not implement this case, whatever the case is (a
             # keyword value, or a positional one such as two EOS ids): not provided, not a bug.
-            options = {k: v for k, v in passed.items() if k in DEFAULTS}
+            # Every keyword that is not a tensor is named (the case may be eos_token_ids=[1, 9]).
+            options = {k: v for k, v in passed.items() if not isinstance(v, torch.Tensor)}
             case = _kv(options) if options else "this input"
             why = f" ({_short(str(error))})" if str(error) else ""
             raise Skip(f"{name} does not implement {case}{why}") from None

@@ -272,6 +272,15 @@ def loss_kl_gradient(ctx: Context) -> None:
         expected = torch.full_like(seen, corrected if correction else plain) * relative(own)
         other = torch.full_like(seen, plain if correction else corrected) * relative(own)
         flag = "True" if correction else "False"
+        causes = {}
+        if estimator == "k3":  # KL(ref || policy)'s k3: exp(logp - ref) - (logp - ref) - 1
+            swapped = BETA * (math.exp(-d) - 1) + (
+                BETA * (math.exp(-d) + d - 1) if correction else 0
+            )
+            causes[
+                "the k3 estimator's direction is swapped: exp(logp - ref) - (logp - ref) - 1, not"
+                " exp(ref - logp) - (ref - logp) - 1"
+            ] = torch.full_like(seen, swapped) * relative(own)
         assert_close(
             seen,
             expected,
@@ -279,6 +288,7 @@ def loss_kl_gradient(ctx: Context) -> None:
             rtol=1e-4,
             what=f"KL gradient per unit weight (use_bias_correction_kl={flag})",
             causes={
+                **causes,
                 _unhonoured_correction(correction): other,
                 "the KL term has no gradient (computed under no_grad or detached)": torch.zeros_like(
                     seen

@@ -11,7 +11,7 @@ import torch
 
 import reference_impl
 from checker import fixtures
-from checker.checks import CheckFailure, check
+from checker.checks import CheckFailure, Skip, check
 from checker.checks.context import Context, assert_close, fmt
 
 TEMPERATURE = 0.7
@@ -29,14 +29,34 @@ def _shifted_logps(logits, input_ids, mask, temperature, shift):
     return reference_impl.selective_log_softmax(picked, tokens, temperature) * mask
 
 
+def _temperatures(ctx: Context) -> tuple[float, ...]:
+    """The candidate's own temperature first, then the other of 1 and 0.7: a scorer without a
+    temperature (GRPO-Zero) is still checked at its own T = 1."""
+    own = float(ctx.config["temperature"])
+    return (own, *(t for t in (1.0, TEMPERATURE) if t != own))
+
+
+def _at_each_temperature(ctx: Context, compare) -> None:
+    """`compare(temperature)` at the candidate's own temperature, then at the other one unless
+    the candidate does not take it (a Skip there, after a comparison ran, is not the verdict)."""
+    for index, temperature in enumerate(_temperatures(ctx)):
+        try:
+            compare(temperature)
+        except Skip:
+            if index == 0:
+                raise
+
+
 def _logprob_causes(logits, input_ids, mask, temperature) -> dict[str, torch.Tensor]:
-    causes = {
-        "the logits are not divided by the temperature (TRL #3029)": _shifted_logps(
+    causes = {}
+    if temperature != 1.0:
+        causes["the logits are not divided by the temperature (TRL #3029)"] = _shifted_logps(
             logits, input_ids, mask, 1.0, 0
-        ),
-        "the logits are multiplied by the temperature instead of divided": _shifted_logps(
+        )
+        causes["the logits are multiplied by the temperature instead of divided"] = _shifted_logps(
             logits, input_ids, mask, 1 / temperature, 0
-        ),
+        )
+    causes |= {
         "off by one: the logits at position j score token j, not token j + 1": _shifted_logps(
             logits, input_ids, mask, temperature, 1
         ),
@@ -99,21 +119,25 @@ def _completion_inputs(ctx: Context):
 
 @check("logprobs", "completion_logps")
 def completion_logps_matches_reference(ctx: Context) -> None:
-    """completion_logps scores completion token j with the logits at L - T - 1 + j, divided by T (T = 0.7)."""
+    """completion_logps scores completion token j with the logits at L - T - 1 + j, divided by T (the candidate's own T, then T = 0.7 or 1)."""
     logits, input_ids, mask = _completion_inputs(ctx)
-    seen = ctx.call(
-        "completion_logps", logits, input_ids, mask, temperature=TEMPERATURE, shape=mask.shape
-    ).float()
-    expected = reference_impl.completion_logps(logits, input_ids, mask, TEMPERATURE)
-    causes = _logprob_causes(logits, input_ids, mask, TEMPERATURE)
     keep = mask.bool()
-    assert_close(
-        seen[keep],
-        expected[keep],
-        atol=ATOL,
-        what="log-probs on unmasked tokens",
-        causes={k: v[keep] for k, v in causes.items()},
-    )
+
+    def compare(temperature: float) -> None:
+        seen = ctx.call(
+            "completion_logps", logits, input_ids, mask, temperature=temperature, shape=mask.shape
+        ).float()
+        expected = reference_impl.completion_logps(logits, input_ids, mask, temperature)
+        causes = _logprob_causes(logits, input_ids, mask, temperature)
+        assert_close(
+            seen[keep],
+            expected[keep],
+            atol=ATOL,
+            what=f"log-probs on unmasked tokens at T={temperature:g}",
+            causes={k: v[keep] for k, v in causes.items()},
+        )
+
+    _at_each_temperature(ctx, compare)
 
 
 @check("logprobs", "completion_logps")
@@ -145,30 +169,34 @@ def _model_batch(ctx: Context):
 
 @check("logprobs", "get_per_token_logps", heavy=True)
 def model_logps_match_reference(ctx: Context) -> None:
-    """get_per_token_logps on the tiny Qwen2 (left-padded prompts, T = 0.7) equals an independent forward."""
+    """get_per_token_logps on the tiny Qwen2 (left-padded prompts; the candidate's own T, then T = 0.7 or 1) equals an independent forward."""
     model = fixtures.tiny_model()
     input_ids, attention_mask, mask, width = _model_batch(ctx)
-    seen = ctx.call(
-        "get_per_token_logps",
-        model,
-        input_ids,
-        attention_mask,
-        width,
-        temperature=TEMPERATURE,
-        shape=mask.shape,
-    ).float()
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
-    expected = reference_impl.completion_logps(logits, input_ids, mask, TEMPERATURE)
-    causes = _logprob_causes(logits, input_ids, mask, TEMPERATURE)
     keep = mask.bool()
-    assert_close(
-        seen.detach()[keep],
-        expected[keep],
-        atol=ATOL,
-        what="log-probs on unmasked tokens",
-        causes={k: v[keep] for k, v in causes.items()},
-    )
+
+    def compare(temperature: float) -> None:
+        seen = ctx.call(
+            "get_per_token_logps",
+            model,
+            input_ids,
+            attention_mask,
+            width,
+            temperature=temperature,
+            shape=mask.shape,
+        ).float()
+        expected = reference_impl.completion_logps(logits, input_ids, mask, temperature)
+        causes = _logprob_causes(logits, input_ids, mask, temperature)
+        assert_close(
+            seen.detach()[keep],
+            expected[keep],
+            atol=ATOL,
+            what=f"log-probs on unmasked tokens at T={temperature:g}",
+            causes={k: v[keep] for k, v in causes.items()},
+        )
+
+    _at_each_temperature(ctx, compare)
 
 
 @check("logprobs", "get_per_token_logps", heavy=True)
