@@ -819,6 +819,36 @@ def probe_clipping(candidate, profile: Profile) -> None:
     takes = {**candidate.supported, **profile.supported}.get("loss_type", ["cispo"])
     if "epsilon_high" in parameters and "cispo" in takes:
         _probe_cispo_cap(fn, profile, eps_low)
+    if candidate.config["delta"] is None:
+        _probe_dual_clip(fn, profile)
+
+
+def _probe_dual_clip(fn, profile: Profile) -> None:
+    """delta: the cap a loss puts on a negative advantage's ratio by default (dual-clip PPO's c,
+    EasyR1's clip_ratio_dual 3.0), from the smallest ratio in 1.3..10 (steps of 1e-3) whose
+    A < 0 token gets zero gradient; the band leaves those ratios' gradient on."""
+    import torch
+
+    steps = 8700
+    ratios = 1.3005 + 1e-3 * torch.arange(steps, dtype=torch.float64)
+    logps = -torch.rand(1, steps, generator=torch.Generator().manual_seed(3)) - 0.1
+    old = (logps.double() - ratios.log()).float()
+    seen = _loss_and_grad(
+        fn, logps, torch.tensor([-1.0]), torch.ones(1, steps), old_per_token_logps=old
+    )
+    if seen is None:
+        return
+    grad = seen[1][0]
+    if profile.conventions.get("drift_penalty"):  # its gradient is no cap's
+        zero = _loss_and_grad(
+            fn, logps, torch.zeros(1), torch.ones(1, steps), old_per_token_logps=old
+        )
+        grad = grad - zero[1][0]
+    capped = ratios[grad == 0]
+    if not len(capped) or bool((grad[ratios >= capped.min()] != 0).any()):
+        return  # no cap, or zero gradients that are no cap's
+    delta = round(float(capped.min()) - 0.0005, 3)
+    profile.set("delta", delta, "smallest A < 0 ratio above the band with zero gradient")
 
 
 def _probe_cispo_cap(fn, profile: Profile, epsilon_low: float) -> None:

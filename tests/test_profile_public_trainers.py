@@ -131,3 +131,47 @@ def test_a_scorer_without_a_temperature_is_checked_at_its_own_t_of_1(tmp_path):
     result = check_results(tmp_path / "candidate.py", ("logprobs",))[name]
     assert result.status == "fail" and "at T=1" in result.message, result.message
     assert "off by one" in result.message
+
+
+OLD_VERL_DR_GRPO = """
+import torch
+
+def compute_loss(per_token_logps, advantages, completion_mask, *, old_per_token_logps=None,
+                 loss_type="grpo", epsilon_low=0.2):
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    mask = completion_mask.float()
+    ratio = torch.exp(per_token_logps - old)
+    a = advantages.unsqueeze(1)
+    token = -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_low) * a)
+    rows = (token * mask).sum(1)
+    if loss_type == "dr_grpo":  # verl before 0.7, ROLL: the rows' sums over T, no / B
+        return rows.sum() / mask.size(1)
+    if loss_type == "grpo":
+        return (rows / mask.sum(1).clamp(min=1)).mean()
+    raise ValueError(f"unknown loss_type {loss_type}")
+"""
+
+
+def test_dr_grpo_without_its_division_by_b_is_named(tmp_path):
+    """ROLL's seq-mean-token-sum-norm (verl's before 0.7) is exactly B times TRL's dr_grpo."""
+    (tmp_path / "candidate.py").write_text(OLD_VERL_DR_GRPO)
+    (tmp_path / "c.yaml").write_text("path: candidate.py\nconfig:\n  clipping: symmetric\n")
+    result = check_results(tmp_path / "c.yaml", ("loss_aggregation",))[
+        "loss_aggregation.other_loss_types_match_formula"
+    ]
+    assert result.status == "fail", result.message
+    assert "the sum over rows divided by T, not by B * T" in result.message
+
+
+def test_profile_measures_a_dual_clip_on_by_default(tmp_path):
+    """EasyR1 caps a negative advantage's ratio at 3 by default; left undeclared, the clipping
+    checks ran without the cap and passed."""
+    capped = WIDE_CLIP.replace("epsilon_low=0.4", "epsilon_low=0.2").replace(
+        "    token = -torch.min(ratio * a,",
+        "    ratio = torch.where(a < 0, ratio.clamp(max=3.0), ratio)\n    token = -torch.min(ratio * a,",
+    )
+    (tmp_path / "candidate.py").write_text(capped)
+    assert profiled(tmp_path)["config"]["delta"] == 3.0
+    (tmp_path / "candidate.py").write_text(WIDE_CLIP)
+    (tmp_path / "cfg.yaml").unlink()
+    assert "delta" not in profiled(tmp_path)["config"]

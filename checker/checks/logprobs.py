@@ -172,8 +172,13 @@ def model_logps_match_reference(ctx: Context) -> None:
     """get_per_token_logps on the tiny Qwen2 (left-padded prompts; the candidate's own T, then T = 0.7 or 1) equals an independent forward."""
     model = fixtures.tiny_model()
     input_ids, attention_mask, mask, width = _model_batch(ctx)
+    # A loss mask passed as the attention mask (the prompt's columns 0) scores the completion
+    # without its prompt (verifiers' trainer): the cause to name when the values differ.
+    unprompted = attention_mask.clone()
+    unprompted[:, :-width] = 0
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+        blind = model(input_ids=input_ids, attention_mask=unprompted).logits.float()
     keep = mask.bool()
 
     def compare(temperature: float) -> None:
@@ -188,6 +193,10 @@ def model_logps_match_reference(ctx: Context) -> None:
         ).float()
         expected = reference_impl.completion_logps(logits, input_ids, mask, temperature)
         causes = _logprob_causes(logits, input_ids, mask, temperature)
+        causes[
+            "the prompt is not attended: the model is given an attention mask that is 0 over the"
+            " prompt (a loss mask used as the attention mask)"
+        ] = reference_impl.completion_logps(blind, input_ids, mask, temperature)
         assert_close(
             seen.detach()[keep],
             expected[keep],

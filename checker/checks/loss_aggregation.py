@@ -125,7 +125,18 @@ def _check_formula(ctx: Context, loss_type: str, own: bool) -> None:
                 rule == "bnpo" and other == "dapo" and num_items is None
             ):
                 cause = f"the loss equals the {NAMES[other]} value: loss_type looks like {other}, not {loss_type}"
+                if other == loss_type:  # the declared loss_agg_mode is what is not applied
+                    mode = ctx.config["loss_agg_mode"]
+                    cause = f"the loss is {loss_type}'s own {NAMES[other]}, not the declared loss_agg_mode {mode}"
                 causes[cause] = formula(other)
+        if rule == "dr_grpo":  # verl before 0.7 and ROLL: seq-mean-token-sum-norm without the / B
+            rows = max(
+                int((mask.sum(1) > 0).sum()) if empty_rows == "excluded" else mask.size(0), 1
+            )
+            causes[
+                "the sum over rows divided by T, not by B * T: seq-mean-token-sum-norm as verl"
+                " before 0.7 (and ROLL) compute it, B times TRL's dr_grpo"
+            ] = formula(rule) * rows
         for other in ("seq-sum", "sum", "unmasked-mean"):
             if other != rule:
                 causes[f"the loss is the {NAMES[other]}"] = formula(other, None, None)
