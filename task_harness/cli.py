@@ -146,6 +146,53 @@ def difficulty_command(task_ids, verify_json: Path | None, write: bool, tasks_di
     sys.exit(1 if stale else 0)
 
 
+@tasks.command("trials")
+@click.argument("task_ids", nargs=-1)
+@tasks_dir_option
+def trials_command(task_ids, tasks_dir: Path) -> None:
+    """The blind agent trials recorded in each task.toml, and the headline they give: the mean
+    reward per condition over the tasks neither diff-solvable nor solved by reading, against the
+    suite's target (README, "The headline, measured"). Runs nothing."""
+    from task_harness import difficulty
+
+    specs = _load(task_ids, tasks_dir)
+    left_out = difficulty.left_out_of_uplift(specs)
+    recorded = [(spec, difficulty.recorded_trials(spec)) for spec in specs]
+    recorded = [(spec, trials) for spec, trials in recorded if trials]
+    if not recorded:
+        raise click.ClickException("no task here records a blind trial")
+    click.echo(f"{'task':<22} {'no skill':<36} {'skill':<20} label")
+    for spec, trials in recorded:
+        reason = left_out.get(spec.id)
+        click.echo(
+            f"{spec.id:<22} {_trial_cell(trials.get('no_skill')):<36} "
+            f"{_trial_cell(trials.get('skill')):<20} {spec.toml['metadata']['difficulty']}"
+            + (f" (left out: {reason})" if reason else "")
+        )
+    everything = difficulty.headline(specs, {})
+    counted = difficulty.headline(specs, left_out)
+    if counted is not None:
+        verdict = "met" if counted.met else "not met"
+        click.echo(
+            f"headline, {len(counted.tasks)} tasks: {_means(counted)}; target (no skill <="
+            f" {difficulty.TARGET_NO_SKILL:.2f}, gap >= {difficulty.TARGET_GAP:.2f}) {verdict}"
+        )
+    if everything is not None and everything != counted:
+        click.echo(f"every task with trials, {len(everything.tasks)}: {_means(everything)}")
+
+
+def _trial_cell(trial) -> str:
+    """'1.00 in 13.1 min (fastest full 3.7)', or '-' when the condition has no trial."""
+    if trial is None:
+        return "-"
+    fastest = "" if trial.fastest_full is None else f" (fastest full {trial.fastest_full:g})"
+    return f"{trial.reward:.2f} in {trial.minutes:g} min{fastest}"
+
+
+def _means(headline) -> str:
+    return f"no skill {headline.no_skill:.3f}, skill {headline.skill:.3f}, gap {headline.gap:+.3f}"
+
+
 @tasks.command("symptoms")
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option(

@@ -167,6 +167,47 @@ def left_out_of_uplift(specs: list[TaskSpec]) -> dict[str, str]:
     return reasons
 
 
+# The suite's target for blind trials (README, "The headline, measured"): without the skill a
+# mean reward of at most 0.5, and with it a mean at least 0.3 higher.
+TARGET_NO_SKILL = 0.5
+TARGET_GAP = 0.3
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The mean recorded blind-trial reward of each condition over a set of tasks, each task
+    weighted equally (a task's record is already the mean of its trials)."""
+
+    tasks: tuple[str, ...]
+    no_skill: float
+    skill: float
+
+    @property
+    def gap(self) -> float:
+        return self.skill - self.no_skill
+
+    @property
+    def met(self) -> bool:
+        return self.no_skill <= TARGET_NO_SKILL + 1e-9 and self.gap >= TARGET_GAP - 1e-9
+
+
+def headline(specs: list[TaskSpec], left_out: dict[str, str]) -> Headline | None:
+    """The headline over the tasks with a trial recorded in both conditions, leaving out
+    `left_out` (the tasks `left_out_of_uplift` names); None when no task qualifies."""
+    rows = []
+    for spec in specs:
+        trials = recorded_trials(spec)
+        if spec.id not in left_out and {"no_skill", "skill"} <= trials.keys():
+            rows.append((spec.id, trials["no_skill"].reward, trials["skill"].reward))
+    if not rows:
+        return None
+    return Headline(
+        tasks=tuple(task for task, _, _ in rows),
+        no_skill=sum(no_skill for _, no_skill, _ in rows) / len(rows),
+        skill=sum(skill for _, _, skill in rows) / len(rows),
+    )
+
+
 def _grpo_check() -> list[str]:
     beside = Path(sys.executable).with_name("grpo-check")
     found = str(beside) if beside.exists() else shutil.which("grpo-check")

@@ -81,3 +81,19 @@ def test_the_difficulty_table_row_is_the_recorded_measurement(task_id):
     if no_skill is not None and no_skill.fastest_full is not None:
         expected += f" (fastest {no_skill.fastest_full:g})"
     assert trial == expected, (trial, expected)
+
+
+def test_the_headline_block_is_what_tasks_trials_prints():
+    """The README's bottom line on blind trials is the command's output over the shipped
+    task.toml records, not a figure typed once and left behind when a round re-runs."""
+    from click.testing import CliRunner
+
+    from task_harness.cli import tasks
+
+    text = README.read_text()
+    section = text[text.index("### The headline, measured") :]
+    block = section[section.index("```\n$ grpo-check tasks trials\n") :]
+    shown = block.split("\n", 2)[2].split("```", 1)[0]
+    done = CliRunner().invoke(tasks, ["trials"])
+    assert done.exit_code == 0, done.output
+    assert shown == done.output

@@ -62,6 +62,55 @@ def test_the_report_leaves_out_the_tasks_solved_by_reading_and_the_diff_solvable
     assert reasons["user-loo-clip"] == "solved by reading"  # 3.7 min in one of its two trials
 
 
+def test_the_headline_averages_each_condition_over_the_tasks_the_uplift_counts():
+    """Each task with trials in both conditions counts once (its record is already the mean of
+    its trials); the diff-solvable forks and the tasks solved by reading do not count."""
+    left_out = difficulty.left_out_of_uplift(SPECS)
+    records = {spec.id: spec.toml["grpo"].get("difficulty", {}).get("trials", {}) for spec in SPECS}
+    counted = [task for task, t in records.items() if len(t) == 2 and task not in left_out]
+    shown = difficulty.headline(SPECS, left_out)
+    assert shown.tasks == tuple(counted)
+    assert shown.no_skill == pytest.approx(
+        sum(records[task]["no_skill"]["reward"] for task in counted) / len(counted)
+    )
+    assert shown.skill == pytest.approx(
+        sum(records[task]["skill"]["reward"] for task in counted) / len(counted)
+    )
+    assert "user-loo-clip" not in shown.tasks
+    assert len(difficulty.headline(SPECS, {}).tasks) == len(counted) + len(
+        [task for task in left_out if len(records[task]) == 2]
+    )
+
+
+def test_the_target_needs_both_a_low_no_skill_mean_and_a_wide_gap():
+    def met(no_skill: float, skill: float) -> bool:
+        return difficulty.Headline(("t",), no_skill, skill).met
+
+    assert met(0.5, 0.8) and met(0.2, 1.0)
+    assert not met(0.51, 1.0)  # the gap is wide, but the tasks are solved without the skill
+    assert not met(0.4, 0.69)  # hard without the skill, but the skill adds too little
+
+
+def test_tasks_trials_prints_each_record_and_the_headline_and_fails_without_any():
+    done = CliRunner().invoke(tasks, ["trials"])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    with_trials = [s for s in SPECS if difficulty.recorded_trials(s)]
+    assert [line.split()[0] for line in lines[1 : 1 + len(with_trials)]] == [
+        s.id for s in with_trials
+    ]
+    assert "user-loo-clip" in done.output and "(fastest full 3.7)" in done.output
+    assert "(left out: solved by reading)" in done.output
+    headline = difficulty.headline(SPECS, difficulty.left_out_of_uplift(SPECS))
+    assert (
+        f"headline, {len(headline.tasks)} tasks: no skill {headline.no_skill:.3f}, skill"
+        f" {headline.skill:.3f}"
+    ) in done.output
+    fork = CliRunner().invoke(tasks, ["trials", "trl-never-stops"])
+    assert fork.exit_code == 1
+    assert "no task here records a blind trial" in fork.output
+
+
 def test_a_user_task_is_checked_as_its_declared_subclass_on_its_release(tmp_path):
     """The target is the conventions YAML that `declare_user_conventions` writes, and the
     release the task pins comes first on the child's path."""
