@@ -271,6 +271,18 @@ def probe_masking(candidate, profile: Profile) -> None:
             f"masking: ids [5, 6, EOS, EOS] with pad == EOS give mask {mask[0]}, not [1, 1, 1, 0]"
             " (the EOS token gets no gradient, or padding is trained on)"
         )
+    if mask[0] == [1, 1, 1, 0]:  # the first EOS ends a row; does a second id end one too?
+        try:
+            two = fn(torch.tensor([[5, 9, 6, 7]]), [1, 9]).detach().int().tolist()[0]
+        except NotImplementedError:  # a shim that refuses several ids: its checks skip
+            two = None
+        if two == [1, 1, 1, 1]:
+            profile.set(
+                "eos_token_ids",
+                "first",
+                "ids [5, 9, 6, 7] with EOS ids [1, 9] give an all-1 mask: only the first id ends"
+                " a completion",
+            )
     dropped = mask[1] == [0, 0, 0, 0]
     if dropped:
         profile.set("mask_truncated_completions", True, "a row without EOS is all 0")

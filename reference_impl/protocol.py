@@ -171,6 +171,11 @@ PROMPT_PADDINGS = ("left", "none")
 # When the training loop clears gradients: before backward (TRL, via the HF Trainer), or after
 # optimizer.step() (many from-scratch loops; equivalent when the loop starts from .grad = None).
 ZERO_GRAD_PLACEMENTS = ("before_backward", "after_step")
+# Which ids of a list of EOS ids end a completion: every one (TRL from 1.14.2 takes
+# `generation_config.eos_token_id`, a list for chat models: <|im_end|> and <|endoftext|>), or the
+# first only (a trainer that takes the tokenizer's one `eos_token_id`, as TRL did before; right
+# for a model with one end token, wrong for one with several).
+EOS_ID_POLICIES = ("all", "first")
 
 # Keyword defaults of the protocol's functions. A candidate that implements other values
 # declares them (`config:` in its YAML) and is compared with a reference configured the same way.
@@ -233,6 +238,7 @@ DEFAULTS: dict[str, object] = {
     "drift_penalty": 0.0,
     "prompt_padding": "left",
     "zero_grad": "before_backward",
+    "eos_token_ids": "all",
 }
 
 # The allowed values of each convention that takes one of a fixed set.
@@ -258,4 +264,5 @@ CONVENTION_VALUES: dict[str, tuple] = {
     "cispo_cap": CISPO_CAPS,
     "prompt_padding": PROMPT_PADDINGS,
     "zero_grad": ZERO_GRAD_PLACEMENTS,
+    "eos_token_ids": EOS_ID_POLICIES,
 }
