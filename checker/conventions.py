@@ -28,8 +28,11 @@ FORM_LOSS_TYPES = ("cispo", "sapo")
 # The rules that average over rows, where the empty-row convention changes the divisor.
 ROW_MEAN_RULES = ("grpo", "sapo", "dr_grpo", "seq-sum")
 # Largest advantage epsilon that is a convention rather than a bug (catalog: TRL 1e-4, verl 1e-6,
-# small loops 1e-8; 1e4 is a known bug).
-MAX_CONVENTIONAL_EPSILON = 1e-3
+# small loops 1e-8, a project's own 1e-2; 1e4 is a known bug). Above it the epsilon is as large as
+# the rewards' spread: a group of 8 binary rewards with one success has a population std of 0.33,
+# and std + 0.1 already shrinks its advantages by more than a fifth.
+MAX_CONVENTIONAL_EPSILON = 0.1
+DAMPED = "damps every advantage (by over a fifth where one of 8 binary rewards succeeds)"
 
 
 def group_std(grouped: torch.Tensor, estimator: str, dim: int | None = 1) -> torch.Tensor:

@@ -194,7 +194,7 @@ def _fit_scaled_advantages(rewards, seen, profile: Profile) -> None:
             profile.set("std_estimator", estimator, "A = (r - baseline) / f(std) fits this std")
             if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
                 profile.findings.append(
-                    f"advantages: epsilon {conventions.short(epsilon)} flattens every advantage (a bug)"
+                    f"advantages: epsilon {conventions.short(epsilon)} {conventions.DAMPED}: a bug"
                 )
             elif placement == "sqrt" and epsilon == 0:
                 profile.findings.append("advantages: no epsilon: a constant group divides 0 by 0")

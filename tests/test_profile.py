@@ -100,6 +100,23 @@ def test_known_bug_epsilon_is_a_finding_and_is_not_written(tmp_path):
     assert "advantages" in {r["stage"] for r in failing(json.loads(check.stdout))}
 
 
+@pytest.mark.parametrize("epsilon, convention", [("1e-2", True), ("0.5", False)])
+def test_an_epsilon_below_the_rewards_spread_is_a_convention(tmp_path, epsilon, convention):
+    """A project's own 1e-2 (rlzero's rz-accum-kl declares it) is written as the convention;
+    0.5, above the 0.33 spread of one success in 8 binary rewards, damps every advantage and is
+    a finding (conventions.MAX_CONVENTIONAL_EPSILON)."""
+    trainer_copy(tmp_path, "EPSILON = 1e-6", f"EPSILON = {epsilon}")
+    result = run("profile", "scratch_grpo.py", "--json", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    damped = [f for f in document["findings"] if "damps every advantage" in f]
+    if convention:
+        assert document["conventions"]["advantage_epsilon"] == pytest.approx(float(epsilon))
+        assert damped == [], document["findings"]
+    else:
+        assert "advantage_epsilon" not in document["conventions"]
+        assert damped and "epsilon 5e-1" in damped[0], document["findings"]
+
+
 def test_mask_without_eos_is_a_finding(tmp_path):
     """A mask that drops the EOS token itself (a real bug: it gets no gradient) is a finding."""
     trainer_copy(

@@ -142,7 +142,7 @@ def epsilon_cause(rewards: torch.Tensor, G: int, seen: torch.Tensor, config: dic
                 f"the advantage epsilon is {seen_words}, not {conventions.epsilon_words(*declared)}"
             )
             if epsilon > conventions.MAX_CONVENTIONAL_EPSILON:
-                return f"{cause}: a bug (it flattens every advantage)"
+                return f"{cause}: a bug (it {conventions.DAMPED})"
             return (
                 f"{cause}; if intended, declare advantage_epsilon: {value}"
                 f" and advantage_epsilon_placement: {placement}"
